@@ -1,0 +1,182 @@
+package router
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Policy names, one per policy. Hybrid is the default.
+const (
+	RoundRobin = "round_robin"
+	LeaderOnly = "leader_only"
+	Sticky     = "sticky"
+	Boltzmann  = "boltzmann"
+	Hybrid     = "hybrid"
+)
+
+// Policies lists every policy name, the default first.
+func Policies() []string { return []string{Hybrid, RoundRobin, LeaderOnly, Sticky, Boltzmann} }
+
+// Config configures a Router. Zero fields take the documented defaults.
+type Config struct {
+	// Members of the cluster. Required; IDs and addresses must be unique.
+	Members []Member
+	// Prober asks a member who the leader is. Without one the leader stays
+	// unknown and writes always fall back to round robin.
+	Prober Prober
+	// Policy is one of Policies(). Default is Hybrid.
+	Policy string
+
+	// ProbeInterval is how often every member is probed. Default is 250 ms.
+	ProbeInterval time.Duration
+	// ProbeTimeout bounds one probe. Default is 500 ms.
+	ProbeTimeout time.Duration
+	// UnreachableAfter is how many consecutive failed probes take a member
+	// out of every rotation until a probe succeeds again. Default is 2.
+	UnreachableAfter int
+
+	// Alpha is the EWMA weight of the newest latency sample. Default is 0.3.
+	Alpha float64
+	// EjectRatio (ρ) ejects a member from the read pool when its read EWMA
+	// exceeds ρ × the median of the members' read EWMAs. Default is 2.
+	EjectRatio float64
+	// ReadmitRatio readmits an ejected member once its read EWMA is at most
+	// ReadmitRatio × the median; below EjectRatio so that a member on the
+	// edge does not flap. Default is 0.9 × EjectRatio.
+	ReadmitRatio float64
+	// MinEjectGap is the least absolute excess over the median that ejects:
+	// sub-millisecond differences are noise, not grey failure. Default is
+	// 1 ms; set a negative value for none.
+	MinEjectGap time.Duration
+	// MinSamples is how many read samples a member needs before it is judged.
+	// Default is 10.
+	MinSamples int
+	// ProbeShare is the fraction of reads an ejected member still receives,
+	// so that its estimate can show a recovery. Default is 0.005.
+	ProbeShare float64
+
+	// Temperature (τ) of the boltzmann policy's softmax. Default is 1 ms.
+	Temperature time.Duration
+	// FailureThreshold: after more than this many consecutive failures a
+	// member gets near-zero weight in boltzmann. Default is 3.
+	FailureThreshold int
+	// InitialLatency seeds the latency estimators before the first sample,
+	// so that a cold start explores instead of stampeding. Default is 1 ms.
+	InitialLatency time.Duration
+
+	// ClientZone is the client's zone: stale reads prefer pool members there.
+	ClientZone string
+	// StickyMember is the member ID the sticky policy starts on. Default is
+	// one chosen at random, as ZooKeeper's client shuffles its host list.
+	StickyMember string
+
+	// Clock tells the time. Default is the system clock.
+	Clock Clock
+	// Seed seeds the router's random choices (boltzmann, probe share, sticky
+	// start). Default is a seed drawn from the clock.
+	Seed uint64
+}
+
+func (c *Config) setDefaults() {
+	if c.Policy == "" {
+		c.Policy = Hybrid
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = 250 * time.Millisecond
+	}
+	if c.ProbeTimeout == 0 {
+		c.ProbeTimeout = 500 * time.Millisecond
+	}
+	if c.UnreachableAfter == 0 {
+		c.UnreachableAfter = 2
+	}
+	if c.Alpha == 0 {
+		c.Alpha = 0.3
+	}
+	if c.EjectRatio == 0 {
+		c.EjectRatio = 2
+	}
+	if c.ReadmitRatio == 0 {
+		c.ReadmitRatio = 0.9 * c.EjectRatio
+	}
+	if c.MinEjectGap == 0 {
+		c.MinEjectGap = time.Millisecond
+	} else if c.MinEjectGap < 0 {
+		c.MinEjectGap = 0
+	}
+	if c.MinSamples == 0 {
+		c.MinSamples = 10
+	}
+	if c.ProbeShare == 0 {
+		c.ProbeShare = 0.005
+	}
+	if c.Temperature == 0 {
+		c.Temperature = time.Millisecond
+	}
+	if c.FailureThreshold == 0 {
+		c.FailureThreshold = 3
+	}
+	if c.InitialLatency == 0 {
+		c.InitialLatency = time.Millisecond
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
+	}
+	if c.Seed == 0 {
+		c.Seed = uint64(c.Clock.Now().UnixNano()) | 1
+	}
+}
+
+func (c *Config) validate() error {
+	if len(c.Members) == 0 {
+		return ErrNoMembers
+	}
+	ids := make(map[string]bool, len(c.Members))
+	addrs := make(map[string]bool, len(c.Members))
+	for i, m := range c.Members {
+		if m.ID == "" {
+			return fmt.Errorf("%w: member %d has an empty ID", ErrInvalidConfig, i)
+		}
+		if ids[m.ID] {
+			return fmt.Errorf("%w: ID %q", ErrDuplicateMember, m.ID)
+		}
+		ids[m.ID] = true
+		if m.Addr != "" {
+			if addrs[m.Addr] {
+				return fmt.Errorf("%w: address %q", ErrDuplicateMember, m.Addr)
+			}
+			addrs[m.Addr] = true
+		}
+	}
+	switch c.Policy {
+	case RoundRobin, LeaderOnly, Sticky, Boltzmann, Hybrid:
+	default:
+		return fmt.Errorf("%w: %q (want one of %v)", ErrUnknownPolicy, c.Policy, Policies())
+	}
+	if c.StickyMember != "" && !ids[c.StickyMember] {
+		return fmt.Errorf("%w: sticky member %q", ErrUnknownMember, c.StickyMember)
+	}
+	type check struct {
+		ok   bool
+		what string
+	}
+	for _, ch := range []check{
+		{c.ProbeInterval > 0, fmt.Sprintf("probe interval %v must be positive", c.ProbeInterval)},
+		{c.ProbeTimeout > 0, fmt.Sprintf("probe timeout %v must be positive", c.ProbeTimeout)},
+		{c.UnreachableAfter > 0, fmt.Sprintf("unreachable-after %d must be positive", c.UnreachableAfter)},
+		{c.Alpha > 0 && c.Alpha <= 1, fmt.Sprintf("alpha %v outside (0, 1]", c.Alpha)},
+		{c.EjectRatio > 1 && !math.IsInf(c.EjectRatio, 0), fmt.Sprintf("eject ratio %v must exceed 1", c.EjectRatio)},
+		{c.ReadmitRatio > 0 && c.ReadmitRatio <= c.EjectRatio, fmt.Sprintf("readmit ratio %v outside (0, eject ratio %v]", c.ReadmitRatio, c.EjectRatio)},
+		{c.MinSamples > 0, fmt.Sprintf("min samples %d must be positive", c.MinSamples)},
+		{c.ProbeShare > 0 && c.ProbeShare < 0.5, fmt.Sprintf("probe share %v outside (0, 0.5)", c.ProbeShare)},
+		{c.Temperature > 0, fmt.Sprintf("temperature %v must be positive", c.Temperature)},
+		{c.FailureThreshold > 0, fmt.Sprintf("failure threshold %d must be positive", c.FailureThreshold)},
+		{c.InitialLatency > 0, fmt.Sprintf("initial latency %v must be positive", c.InitialLatency)},
+	} {
+		if !ch.ok {
+			return fmt.Errorf("%w: %s", ErrInvalidConfig, ch.what)
+		}
+	}
+	return nil
+}

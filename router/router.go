@@ -1,0 +1,388 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/oproute/oproute/ewma"
+)
+
+// Router picks a member for each operation. Create one with New and release
+// its background prober with Close.
+type Router struct {
+	cfg     Config
+	members []Member
+	health  []memberHealth
+	epoch   time.Time // monotonic base of Pick timestamps
+	sysTime bool      // cfg.Clock is the system clock: use the monotonic fast path
+
+	snap atomic.Pointer[snapshot]
+	rr   atomic.Uint64 // round-robin cursor shared by all rotations
+	rnd  atomic.Uint64 // splitmix64 state
+
+	leaderChanges atomic.Uint64
+	fallbacks     atomic.Uint64
+	forgets       atomic.Uint64 // bumped by forgetLeader
+	rounds        atomic.Uint64 // completed probe rounds
+
+	mu         sync.Mutex // serialises snapshot rebuilds
+	lastLeader int        // last known leader index, for counting changes; guarded by mu
+
+	refreshc chan struct{}
+	cancel   context.CancelFunc
+	done     chan struct{}
+	closed   atomic.Bool
+}
+
+// memberHealth is the per-member state updated on the hot path.
+type memberHealth struct {
+	read  *ewma.EWMA // read latency: the read pool's health signal
+	all   *ewma.EWMA // every op's latency: boltzmann's blended signal
+	probe *ewma.EWMA // probe round trips
+
+	consecutiveFailures atomic.Int64
+	// weight is boltzmann's exp(−EWMA/τ), as float64 bits, refreshed when a
+	// sample lands so that Pick does no exp of its own.
+	weight atomic.Uint64
+	ops    [numOps]atomic.Uint64
+	errs   [numOps]atomic.Uint64
+
+	// Off the hot path, guarded by Router.mu.
+	probeFailures int
+	lastProbe     ProbeResult
+	probed        bool
+
+	_ [64]byte // keep neighbours' hot counters off this cache line
+}
+
+// snapshot is the immutable routing state read by Pick.
+type snapshot struct {
+	leader    int   // index into members, -1 when unknown
+	reachable []int // members taking traffic, in member order
+	pool      []int // reachable members in the read pool
+	local     []int // pool members in the client's zone
+	ejected   []int // reachable members out of the read pool
+	sticky    int   // the sticky policy's member
+	isEjected []bool
+}
+
+// New validates cfg, starts probing the members in the background and
+// returns the router. Until the first probe answers, every member counts as
+// reachable and the leader as unknown.
+func New(cfg Config) (*Router, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg.Members = slices.Clone(cfg.Members)
+	r := &Router{
+		cfg:        cfg,
+		members:    cfg.Members,
+		health:     make([]memberHealth, len(cfg.Members)),
+		lastLeader: -1,
+		refreshc:   make(chan struct{}, 1),
+		done:       make(chan struct{}),
+		epoch:      cfg.Clock.Now(),
+	}
+	_, r.sysTime = cfg.Clock.(systemClock)
+	r.rnd.Store(cfg.Seed)
+	for i := range r.health {
+		h := &r.health[i]
+		h.read, _ = ewma.New(cfg.Alpha, cfg.InitialLatency)
+		h.all, _ = ewma.New(cfg.Alpha, cfg.InitialLatency)
+		h.probe, _ = ewma.New(cfg.Alpha, cfg.InitialLatency)
+		r.updateWeight(h)
+	}
+	sticky := int(r.random() % uint64(len(r.members)))
+	if cfg.StickyMember != "" {
+		sticky = r.indexOf(cfg.StickyMember)
+	}
+	all := make([]int, len(r.members))
+	for i := range all {
+		all[i] = i
+	}
+	r.snap.Store(r.buildSnapshot(-1, all, nil, sticky))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go r.loop(ctx)
+	return r, nil
+}
+
+// Members returns the configured members.
+func (r *Router) Members() []Member { return slices.Clone(r.members) }
+
+// Policy returns the policy's name.
+func (r *Router) Policy() string { return r.cfg.Policy }
+
+// Close stops the background prober and waits for it. Later Picks fail with
+// ErrClosed. Close is idempotent.
+func (r *Router) Close() error {
+	if r.closed.Swap(true) {
+		return nil
+	}
+	r.cancel()
+	<-r.done
+	return nil
+}
+
+// Refresh asks for an immediate probe round without waiting for it.
+func (r *Router) Refresh() {
+	select {
+	case r.refreshc <- struct{}{}:
+	default:
+	}
+}
+
+// Pick is the router's choice for one operation. Call Done exactly once when
+// the operation ends.
+type Pick struct {
+	// Member is the chosen member.
+	Member Member
+	// Index is Member's position in Config.Members.
+	Index int
+
+	r            *Router
+	op           Op
+	start        time.Duration // since r.epoch; 0 when the policy ignores latency
+	leaderPinned bool
+}
+
+// Pick chooses a member for an operation of class op. It never blocks and,
+// without per-call overrides, never allocates. It fails only when the
+// router is closed or an override names an unknown member.
+func (r *Router) Pick(ctx context.Context, op Op) (Pick, error) {
+	if r.closed.Load() {
+		return Pick{}, ErrClosed
+	}
+	s := r.snap.Load()
+	idx, pinned := -1, false
+	if o, ok := overrideFrom(ctx); ok {
+		if o.member != "" {
+			if idx = r.indexOf(o.member); idx < 0 {
+				return Pick{}, fmt.Errorf("%w: %q", ErrUnknownMember, o.member)
+			}
+		} else {
+			idx, pinned = r.toLeader(s)
+		}
+	} else {
+		idx, pinned = r.choose(s, op)
+	}
+	r.health[idx].ops[op].Add(1)
+	p := Pick{Member: r.members[idx], Index: idx, r: r, op: op, leaderPinned: pinned}
+	if r.timed(op) {
+		p.start = r.elapsed()
+	}
+	return p, nil
+}
+
+// timed reports whether the policy consumes op's latency. Reading the clock
+// costs more than the rest of Pick, so other operations are not timed.
+func (r *Router) timed(op Op) bool {
+	switch r.cfg.Policy {
+	case Hybrid:
+		return op.IsRead()
+	case Boltzmann:
+		return op != Stream
+	}
+	return false
+}
+
+// elapsed returns the time since r.epoch. With the system clock it reads
+// only the monotonic clock: time.Now reads the wall clock too, which doubles
+// the cost on the hot path.
+func (r *Router) elapsed() time.Duration {
+	if r.sysTime {
+		return time.Since(r.epoch)
+	}
+	return r.cfg.Clock.Now().Sub(r.epoch)
+}
+
+// Done reports how the operation ended. Backends pass only errors that
+// speak against the member (transport failures, timeouts, "not leader"),
+// nil for application errors such as a failed compare. A cancelled context
+// is neither a sample nor a failure.
+func (p Pick) Done(err error) {
+	r := p.r
+	if r == nil {
+		return
+	}
+	if err != nil && errors.Is(err, context.Canceled) {
+		return
+	}
+	h := &r.health[p.Index]
+	timed := r.timed(p.op)
+	var latency time.Duration
+	if timed {
+		latency = r.elapsed() - p.start
+	}
+	if err != nil {
+		h.errs[p.op].Add(1)
+		h.consecutiveFailures.Add(1)
+		if timed {
+			// Errors inflate the estimate so that traffic shifts away.
+			h.all.Add(max(latency, 4*h.all.Value(), 10*r.cfg.InitialLatency))
+			r.updateWeight(h)
+		}
+		if p.leaderPinned {
+			r.forgetLeader(p.Index)
+		}
+		return
+	}
+	if h.consecutiveFailures.Load() != 0 {
+		h.consecutiveFailures.Store(0) // a store on every success would bounce the cache line
+	}
+	if !timed {
+		return // includes streams: a stream's lifetime is not a latency
+	}
+	h.all.Add(latency)
+	if r.cfg.Policy == Boltzmann {
+		r.updateWeight(h)
+	}
+	if p.op.IsRead() {
+		h.read.Add(latency)
+	}
+}
+
+// choose applies the policy.
+func (r *Router) choose(s *snapshot, op Op) (idx int, leaderPinned bool) {
+	switch r.cfg.Policy {
+	case RoundRobin:
+		return r.rotate(s.reachable), false
+	case LeaderOnly:
+		return r.toLeader(s)
+	case Sticky:
+		return s.sticky, false
+	case Boltzmann:
+		return r.boltzmann(s), false
+	default: // Hybrid
+		if op == Write {
+			return r.toLeader(s)
+		}
+		return r.fromPool(s, op), false
+	}
+}
+
+func (r *Router) toLeader(s *snapshot) (int, bool) {
+	if s.leader >= 0 {
+		return s.leader, true
+	}
+	r.fallbacks.Add(1)
+	return r.rotate(s.reachable), false
+}
+
+func (r *Router) rotate(set []int) int {
+	return set[(r.rr.Add(1)-1)%uint64(len(set))]
+}
+
+// fromPool spreads reads over the read pool, giving each ejected member its
+// probe share so that a recovery shows in its estimate.
+func (r *Router) fromPool(s *snapshot, op Op) int {
+	if len(s.ejected) > 0 {
+		share := r.cfg.ProbeShare * float64(len(s.ejected))
+		if u := r.uniform(); u < share {
+			return s.ejected[int(u/r.cfg.ProbeShare)%len(s.ejected)]
+		}
+	}
+	if op == StaleRead && len(s.local) > 0 {
+		return r.rotate(s.local)
+	}
+	return r.rotate(s.pool)
+}
+
+// maxExponent keeps exp(−EWMA/τ) above float64's underflow: members slower
+// than this many temperatures all weigh the same (tiny) amount.
+const maxExponent = 700
+
+// updateWeight recomputes boltzmann's weight for h after its EWMA moved.
+func (r *Router) updateWeight(h *memberHealth) {
+	x := min(float64(h.all.Value())/float64(r.cfg.Temperature), maxExponent)
+	h.weight.Store(math.Float64bits(math.Exp(-x)))
+}
+
+// boltzmann draws a member with probability ∝ exp(−EWMA/τ), the softmax of
+// the members' negated latency estimates; members past the failure
+// threshold keep a near-zero weight.
+func (r *Router) boltzmann(s *snapshot) int {
+	var weights [16]float64
+	set := s.reachable
+	if len(set) > len(weights) {
+		return r.rotate(set)
+	}
+	sum := 0.0
+	for k, i := range set {
+		h := &r.health[i]
+		w := math.Float64frombits(h.weight.Load())
+		if h.consecutiveFailures.Load() > int64(r.cfg.FailureThreshold) {
+			w *= 1e-9
+		}
+		weights[k] = w
+		sum += w
+	}
+	u := r.uniform() * sum
+	for k, i := range set {
+		if u < weights[k] {
+			return i
+		}
+		u -= weights[k]
+	}
+	return set[len(set)-1]
+}
+
+// random returns the next splitmix64 value: lock-free and seeded per router.
+func (r *Router) random() uint64 {
+	z := r.rnd.Add(0x9e3779b97f4a7c15)
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// uniform returns a float64 in [0, 1).
+func (r *Router) uniform() float64 { return float64(r.random()>>11) / (1 << 53) }
+
+func (r *Router) indexOf(id string) int {
+	for i := range r.members {
+		if r.members[i].ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// forgetLeader clears the cached leader if it is still idx, and asks for an
+// immediate re-probe. Writes fall back to round robin meanwhile.
+func (r *Router) forgetLeader(idx int) {
+	r.forgets.Add(1)
+	r.mu.Lock()
+	s := r.snap.Load()
+	if s.leader == idx {
+		r.snap.Store(r.buildSnapshot(-1, s.reachable, s.ejected, s.sticky))
+	}
+	r.mu.Unlock()
+	r.Refresh()
+}
+
+func (r *Router) buildSnapshot(leader int, reachable, ejected []int, sticky int) *snapshot {
+	s := &snapshot{leader: leader, reachable: reachable, sticky: sticky, isEjected: make([]bool, len(r.members))}
+	for _, i := range ejected {
+		if slices.Contains(reachable, i) {
+			s.isEjected[i] = true
+			s.ejected = append(s.ejected, i)
+		}
+	}
+	for _, i := range reachable {
+		if !s.isEjected[i] {
+			s.pool = append(s.pool, i)
+			if r.cfg.ClientZone != "" && r.members[i].Zone == r.cfg.ClientZone {
+				s.local = append(s.local, i)
+			}
+		}
+	}
+	return s
+}

@@ -1,0 +1,67 @@
+package router
+
+import "time"
+
+// Stats is a point-in-time view of the router.
+type Stats struct {
+	Policy string
+	// Leader is the ID of the member writes are pinned to, "" when unknown.
+	Leader string
+	// LeaderChanges counts moves of the known leader from one member to another.
+	LeaderChanges uint64
+	// Fallbacks counts leader-bound operations sent round robin because the
+	// leader was unknown.
+	Fallbacks uint64
+	Members   []MemberStats
+}
+
+// MemberStats is one member's share of Stats.
+type MemberStats struct {
+	Member Member
+	// Ops and Errors count operations routed to the member, by Op.
+	Ops    [numOps]uint64
+	Errors [numOps]uint64
+	// ReadLatency is the member's read EWMA (kept by the hybrid and
+	// boltzmann policies, which use it); ProbeRTT its probe EWMA.
+	ReadLatency time.Duration
+	ProbeRTT    time.Duration
+	Reachable   bool
+	Ejected     bool
+	Leader      bool
+}
+
+// Reads returns the linearizable and stale reads routed to the member.
+func (m MemberStats) Reads() uint64 { return m.Ops[LinearizableRead] + m.Ops[StaleRead] }
+
+// Stats returns a snapshot of the router's counters and state.
+func (r *Router) Stats() Stats {
+	s := r.snap.Load()
+	st := Stats{
+		Policy:        r.cfg.Policy,
+		LeaderChanges: r.leaderChanges.Load(),
+		Fallbacks:     r.fallbacks.Load(),
+		Members:       make([]MemberStats, len(r.members)),
+	}
+	if s.leader >= 0 {
+		st.Leader = r.members[s.leader].ID
+	}
+	for i := range r.members {
+		h := &r.health[i]
+		ms := MemberStats{
+			Member:      r.members[i],
+			ReadLatency: h.read.Value(),
+			ProbeRTT:    h.probe.Value(),
+			Ejected:     s.isEjected[i],
+			Leader:      i == s.leader,
+		}
+		for _, j := range s.reachable {
+			ms.Reachable = ms.Reachable || i == j
+		}
+		for op := range numOps {
+			ms.Ops[op] = h.ops[op].Load()
+			ms.Errors[op] = h.errs[op].Load()
+		}
+		st.Members[i] = ms
+	}
+	return st
+}

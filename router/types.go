@@ -1,0 +1,136 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Op is the class of an operation: what it asks of the consensus protocol.
+type Op uint8
+
+const (
+	// Write is committed, or served, by the leader: a follower would forward it.
+	Write Op = iota
+	// LinearizableRead needs the leader to confirm its commit index (etcd
+	// ReadIndex, ZooKeeper sync), after which any member serves it.
+	LinearizableRead
+	// StaleRead is served from a member's local state with no coordination
+	// (etcd serializable Range, ZooKeeper plain get).
+	StaleRead
+	// Stream is long-lived and served locally (etcd Watch, LeaseKeepAlive;
+	// ZooKeeper watches). It is picked once, so it sticks to one member.
+	Stream
+
+	numOps = 4
+)
+
+var opNames = [numOps]string{"write", "linearizable_read", "stale_read", "stream"}
+
+func (o Op) String() string {
+	if int(o) < len(opNames) {
+		return opNames[o]
+	}
+	return fmt.Sprintf("Op(%d)", o)
+}
+
+// IsRead reports whether o is served by any member after at most a leader
+// confirmation, so its latency speaks for the member's health as a reader.
+func (o Op) IsRead() bool { return o == LinearizableRead || o == StaleRead }
+
+// Member is one server of the cluster.
+type Member struct {
+	// ID names the member for the router and its users; backends use the
+	// endpoint as given by the user. It must be unique and non-empty.
+	ID string
+	// Addr is the network address the backend dials (host:port).
+	Addr string
+	// Zone is where the member runs. Stale reads prefer members in the
+	// client's zone (Config.ClientZone). Optional.
+	Zone string
+}
+
+// ProbeResult is what a member says about leadership.
+type ProbeResult struct {
+	// ServerID is the protocol's own identity of the member that answered
+	// (etcd's member ID). It lets LeaderID be mapped back to a Member.
+	ServerID string
+	// LeaderID is the protocol identity of the leader this member follows,
+	// "" when it knows none.
+	LeaderID string
+	// IsLeader is set when the member itself is the leader (ZooKeeper's
+	// "Mode: leader"); backends that fill ServerID and LeaderID may leave it.
+	IsLeader bool
+	// Term is the leadership epoch (Raft term, ZAB epoch). When members
+	// disagree about the leader, the highest term wins.
+	Term uint64
+	// NotServing marks a member that answered but must not receive traffic
+	// (an etcd learner, a ZooKeeper server without quorum).
+	NotServing bool
+}
+
+// Prober asks one member who the leader is. It must honour ctx's deadline;
+// the router measures the round trip itself.
+type Prober interface {
+	Probe(ctx context.Context, m Member) (ProbeResult, error)
+}
+
+// ProberFunc adapts a function to Prober.
+type ProberFunc func(ctx context.Context, m Member) (ProbeResult, error)
+
+// Probe calls f.
+func (f ProberFunc) Probe(ctx context.Context, m Member) (ProbeResult, error) { return f(ctx, m) }
+
+// Clock tells the time. Inject a fake one to test policies deterministically.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Sentinel errors.
+var (
+	// ErrNoMembers: the configuration names no member.
+	ErrNoMembers = errors.New("router: no members")
+	// ErrDuplicateMember: two members share an ID or an address.
+	ErrDuplicateMember = errors.New("router: duplicate member")
+	// ErrInvalidConfig: a parameter is out of range.
+	ErrInvalidConfig = errors.New("router: invalid configuration")
+	// ErrUnknownPolicy: the policy name is not one of Policies().
+	ErrUnknownPolicy = errors.New("router: unknown policy")
+	// ErrUnknownMember: a per-call override names a member the router does not have.
+	ErrUnknownMember = errors.New("router: unknown member")
+	// ErrClosed: the router was closed.
+	ErrClosed = errors.New("router: closed")
+)
+
+type overrideKey struct{}
+
+type override struct {
+	leader bool
+	member string
+}
+
+// WithLeader returns a context whose operations go to the leader whatever
+// their class (when the leader is unknown they fall back like writes do).
+func WithLeader(ctx context.Context) context.Context {
+	return context.WithValue(ctx, overrideKey{}, override{leader: true})
+}
+
+// WithMember returns a context whose operations go to the member with the
+// given ID, whatever the policy says. Pick fails with ErrUnknownMember if no
+// such member exists.
+func WithMember(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, overrideKey{}, override{member: id})
+}
+
+func overrideFrom(ctx context.Context) (override, bool) {
+	if ctx == nil {
+		return override{}, false
+	}
+	o, ok := ctx.Value(overrideKey{}).(override)
+	return o, ok
+}
