@@ -2,7 +2,10 @@ module github.com/oproute/oproute
 
 go 1.26.0
 
-require go.uber.org/goleak v1.3.0
+require (
+	go.uber.org/goleak v1.3.0
+	golang.org/x/sys v0.50.0
+)
 
 require (
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect

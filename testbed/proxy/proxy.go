@@ -1,0 +1,356 @@
+// Package proxy is a TCP proxy on 127.0.0.1 that delays, jitters or drops
+// the bytes of each link, for emulating a multi-zone network on loopback.
+//
+// Each direction of each connection is a pipeline: a reader stamps every
+// chunk with its due time (arrival + delay + jitter, never earlier than the
+// previous chunk so that the stream stays in order) and a writer sends it
+// when due. Bytes queued behind a delayed chunk do not pay the delay again,
+// as they would with a sleep between read and write. The writer waits on a
+// Linux timerfd read through the runtime poller: Go's timers round a 250 µs
+// sleep up to about a millisecond, the timerfd does not.
+//
+// The shaping of a link is looked up for every chunk, so changes apply to
+// live connections at once. A connection's key comes from Config.Identify,
+// which reads the first bytes the dialer sends (etcd's raft connections name
+// their sender in an X-Server-From header), so one listener can give each
+// sender its own delay.
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Link is the shaping of one direction of a connection.
+type Link struct {
+	// Delay is added to every chunk.
+	Delay time.Duration
+	// Jitter adds a uniform random extra in [−Jitter, +Jitter] per chunk
+	// (the total never below zero).
+	Jitter time.Duration
+	// Blackhole drops every byte while set; connections stay open, as a
+	// partitioned network leaves them.
+	Blackhole bool
+}
+
+// Direction of a chunk.
+type Direction int
+
+const (
+	// Upstream is from the dialer to the target.
+	Upstream Direction = iota
+	// Downstream is from the target back to the dialer.
+	Downstream
+)
+
+// Config configures a Proxy.
+type Config struct {
+	// Target is the host:port connections are forwarded to. Required.
+	Target string
+	// Identify returns the key of a new connection from the first bytes
+	// the dialer sent; it is called again with more bytes while it returns
+	// more=true, up to 16 KiB. Nil gives every connection the key "".
+	Identify func(first []byte) (key string, more bool)
+	// Shape returns the current shaping for a connection's key and a
+	// direction. Nil means no shaping.
+	Shape func(key string, dir Direction) Link
+}
+
+// Proxy forwards connections from its 127.0.0.1 listener to Config.Target.
+type Proxy struct {
+	cfg Config
+	ln  net.Listener
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// ErrClosed is returned by operations on a closed Proxy.
+var ErrClosed = errors.New("proxy: closed")
+
+// Listen starts a proxy on 127.0.0.1 (port 0 picks a free one).
+func Listen(port int, cfg Config) (*Proxy, error) {
+	if cfg.Target == "" {
+		return nil, errors.New("proxy: empty target")
+	}
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return nil, fmt.Errorf("proxy: listen: %w", err)
+	}
+	p := &Proxy{cfg: cfg, ln: ln, conns: map[net.Conn]struct{}{}}
+	p.wg.Go(p.acceptLoop)
+	return p, nil
+}
+
+// Addr returns the listening address, 127.0.0.1:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Close stops accepting, closes every connection and waits for the
+// proxy's goroutines.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	err := p.ln.Close()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	return err
+}
+
+// DropConnections closes every live connection (the listener stays), as a
+// crashed peer's kernel would reset them.
+func (p *Proxy) DropConnections() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		c.Close()
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+	c.Close()
+}
+
+func (p *Proxy) acceptLoop() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !p.track(c) {
+			return
+		}
+		p.wg.Go(func() { p.serve(c) })
+	}
+}
+
+func (p *Proxy) serve(down net.Conn) {
+	defer p.untrack(down)
+	key, first, err := p.identify(down)
+	if err != nil {
+		return
+	}
+	up, err := net.DialTimeout("tcp", p.cfg.Target, 5*time.Second)
+	if err != nil {
+		return
+	}
+	if !p.track(up) {
+		return
+	}
+	defer p.untrack(up)
+	var wg sync.WaitGroup
+	wg.Go(func() { p.pipe(up, down, key, Upstream, first) })
+	wg.Go(func() { p.pipe(down, up, key, Downstream, nil) })
+	wg.Wait()
+}
+
+// identify reads the dialer's first bytes until Identify is satisfied.
+func (p *Proxy) identify(c net.Conn) (string, []byte, error) {
+	if p.cfg.Identify == nil {
+		return "", nil, nil
+	}
+	var buf []byte
+	chunk := make([]byte, 4096)
+	for {
+		n, err := c.Read(chunk)
+		buf = append(buf, chunk[:n]...)
+		key, more := p.cfg.Identify(buf)
+		if !more || len(buf) >= 16<<10 {
+			return key, buf, nil
+		}
+		if err != nil {
+			return "", nil, err
+		}
+	}
+}
+
+type chunk struct {
+	data []byte
+	due  int64 // CLOCK_MONOTONIC nanoseconds
+}
+
+// pipe copies src to dst, delaying each chunk by the link's shaping.
+func (p *Proxy) pipe(dst, src net.Conn, key string, dir Direction, first []byte) {
+	queue := make(chan chunk, 4096)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.writeLoop(dst, queue)
+	}()
+	defer func() {
+		close(queue)
+		<-done
+		// Half-close so the peer sees EOF once queued bytes are out.
+		if tc, ok := dst.(*net.TCPConn); ok {
+			tc.CloseWrite()
+		}
+	}()
+
+	var last int64
+	enqueue := func(b []byte) bool {
+		link := p.shape(key, dir)
+		if link.Blackhole {
+			return true
+		}
+		now := monotonicNow()
+		d := link.Delay
+		if link.Jitter > 0 {
+			d += time.Duration(rand.Int64N(int64(2*link.Jitter)+1)) - link.Jitter
+		}
+		due := max(now+int64(max(d, 0)), last)
+		last = due
+		select {
+		case queue <- chunk{data: b, due: due}:
+			return true
+		case <-done:
+			return false
+		}
+	}
+	if len(first) > 0 && !enqueue(first) {
+		return
+	}
+	for {
+		buf := make([]byte, 32<<10)
+		n, err := src.Read(buf)
+		if n > 0 && !enqueue(buf[:n]) {
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *Proxy) shape(key string, dir Direction) Link {
+	if p.cfg.Shape == nil {
+		return Link{}
+	}
+	return p.cfg.Shape(key, dir)
+}
+
+func (p *Proxy) writeLoop(dst net.Conn, queue <-chan chunk) {
+	t, err := newTimer()
+	if err != nil {
+		// Without a timerfd, fall back to Go's timers: coarser, still correct.
+		t = nil
+	} else {
+		defer t.close()
+	}
+	failed := false
+	for c := range queue {
+		if failed {
+			continue // drain so the reader never blocks
+		}
+		if wait := c.due - monotonicNow(); wait > 0 {
+			if t != nil {
+				t.sleepUntil(c.due)
+			} else {
+				time.Sleep(time.Duration(wait))
+			}
+		}
+		if _, err := dst.Write(c.data); err != nil {
+			failed = true
+			dst.Close()
+		}
+	}
+}
+
+func monotonicNow() int64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// timer sleeps until an absolute CLOCK_MONOTONIC time on a timerfd, parking
+// the goroutine in the runtime poller rather than on a Go timer.
+type timer struct {
+	fd int
+	f  *os.File
+}
+
+func newTimer() (*timer, error) {
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("timerfd_create: %w", err)
+	}
+	// A non-blocking fd handed to os.NewFile is registered with the poller.
+	return &timer{fd: fd, f: os.NewFile(uintptr(fd), "timerfd")}, nil
+}
+
+func (t *timer) sleepUntil(due int64) {
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(due)}
+	if err := unix.TimerfdSettime(t.fd, unix.TFD_TIMER_ABSTIME, &spec, nil); err != nil {
+		time.Sleep(time.Duration(due - monotonicNow()))
+		return
+	}
+	var buf [8]byte
+	if _, err := io.ReadFull(t.f, buf[:]); err != nil {
+		time.Sleep(time.Duration(due - monotonicNow()))
+	}
+}
+
+func (t *timer) close() { t.f.Close() }
+
+// HeaderKey returns an Identify function that keys a connection by the
+// value of an HTTP request header (e.g. etcd's X-Server-From); connections
+// without it get the key "".
+func HeaderKey(name string) func([]byte) (string, bool) {
+	needle := []byte("\r\n" + name + ":")
+	return func(b []byte) (string, bool) {
+		end := bytes.Index(b, []byte("\r\n\r\n"))
+		if end < 0 {
+			// Not an HTTP request head (yet): wait for more only if it
+			// starts like one.
+			return "", looksLikeHTTP(b)
+		}
+		head := b[:end+2]
+		i := bytes.Index(bytes.ToLower(head), bytes.ToLower(needle))
+		if i < 0 {
+			return "", false
+		}
+		v := head[i+len(needle):]
+		v = v[:bytes.Index(v, []byte("\r\n"))]
+		return string(bytes.TrimSpace(v)), false
+	}
+}
+
+func looksLikeHTTP(b []byte) bool {
+	for _, m := range []string{"GET ", "POST ", "PUT ", "HEAD ", "DELETE "} {
+		n := min(len(b), len(m))
+		if n > 0 && string(b[:n]) == m[:n] {
+			return true
+		}
+	}
+	return false
+}
