@@ -1,0 +1,606 @@
+package testbed
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/oproute/oproute/testbed/proxy"
+)
+
+// EtcdOptions configures StartEtcd.
+type EtcdOptions struct {
+	// Topology places the members; its Zones set the cluster size.
+	// Default is DefaultTopology(3).
+	Topology Topology
+	// Dir holds data and logs. Default is a new temporary directory,
+	// removed by Close.
+	Dir string
+	// StartTimeout bounds start-up. Default is 90 s.
+	StartTimeout time.Duration
+}
+
+// EtcdCluster is a running test-bed etcd cluster.
+type EtcdCluster struct {
+	topo    Topology
+	dir     string
+	ownDir  bool
+	token   string
+	bin     string
+	members []*EtcdMember
+	idIndex atomic.Pointer[map[string]int] // hex member ID → index, for peer shaping
+
+	mu     sync.Mutex
+	admins map[int]*clientv3.Client
+	closed bool
+}
+
+// EtcdMember is one member of an EtcdCluster.
+type EtcdMember struct {
+	Index int
+	Name  string
+	Zone  string
+
+	id          atomic.Uint64
+	spec        memberSpec
+	clientProxy *proxy.Proxy
+	peerProxy   *proxy.Proxy
+	extraDelay  atomic.Int64
+	extraJitter atomic.Int64
+	blackholed  atomic.Bool
+	procMu      sync.Mutex
+	proc        *process
+}
+
+type process struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	exited chan struct{}
+}
+
+// Sentinel errors.
+var (
+	ErrNoLeader   = errors.New("testbed: no leader")
+	ErrNotRunning = errors.New("testbed: member not running")
+)
+
+// StartEtcd starts a cluster and returns once every member serves and the
+// topology's leader holds leadership.
+func StartEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error) {
+	if opts.Topology.Zones == nil {
+		opts.Topology = DefaultTopology(3)
+	}
+	if err := opts.Topology.validate(); err != nil {
+		return nil, err
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 90 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
+	defer cancel()
+
+	c := &EtcdCluster{topo: opts.Topology, dir: opts.Dir, token: fmt.Sprintf("oproute-%d", rand.Uint64()), admins: map[int]*clientv3.Client{}}
+	empty := map[string]int{}
+	c.idIndex.Store(&empty)
+	if c.dir == "" {
+		if c.dir, err = os.MkdirTemp("", "oproute-etcd-"); err != nil {
+			return nil, fmt.Errorf("testbed: %w", err)
+		}
+		c.ownDir = true
+	}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	if c.bin, err = memberBinary(ctx, c.dir); err != nil {
+		return nil, err
+	}
+
+	var initial []string
+	for i, zone := range c.topo.Zones {
+		m := &EtcdMember{Index: i, Name: fmt.Sprintf("m%d", i), Zone: zone}
+		c.members = append(c.members, m)
+		clientPort, peerPort, err := freePorts()
+		if err != nil {
+			return nil, err
+		}
+		m.spec = memberSpec{
+			Name:         m.Name,
+			Dir:          filepath.Join(c.dir, m.Name),
+			ListenClient: fmt.Sprintf("http://127.0.0.1:%d", clientPort),
+			ListenPeer:   fmt.Sprintf("http://127.0.0.1:%d", peerPort),
+			ClusterState: "new",
+			Token:        c.token,
+		}
+		if m.clientProxy, err = proxy.Listen(0, proxy.Config{
+			Target: fmt.Sprintf("127.0.0.1:%d", clientPort),
+			Shape:  c.clientShape(m),
+		}); err != nil {
+			return nil, err
+		}
+		if m.peerProxy, err = proxy.Listen(0, proxy.Config{
+			Target:   fmt.Sprintf("127.0.0.1:%d", peerPort),
+			Identify: proxy.HeaderKey("X-Server-From"),
+			Shape:    c.peerShape(m),
+		}); err != nil {
+			return nil, err
+		}
+		m.spec.AdvertiseClient = "http://" + m.clientProxy.Addr()
+		m.spec.AdvertisePeer = "http://" + m.peerProxy.Addr()
+		initial = append(initial, m.Name+"="+m.spec.AdvertisePeer)
+	}
+	for _, m := range c.members {
+		m.spec.InitialCluster = strings.Join(initial, ",")
+		if err := c.launch(m); err != nil {
+			return nil, err
+		}
+	}
+	for _, m := range c.members {
+		if err := c.waitReady(ctx, m); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := c.WaitLeader(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.learnIDs(ctx); err != nil {
+		return nil, err
+	}
+	if c.topo.Leader >= 0 {
+		if err := c.MoveLeader(ctx, c.topo.Leader); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// memberBinary returns the executable that runs members: this one, unless
+// it is race-instrumented, in which case a plain build of etcdmember (the
+// race detector would slow the servers several-fold and skew every timing).
+func memberBinary(ctx context.Context, dir string) (string, error) {
+	if bin := os.Getenv("OPROUTE_ETCD_MEMBER_BIN"); bin != "" {
+		return bin, nil
+	}
+	if !raceEnabled {
+		self, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("testbed: %w", err)
+		}
+		return self, nil
+	}
+	memberBuild.once.Do(func() {
+		out := filepath.Join(os.TempDir(), fmt.Sprintf("oproute-etcdmember-%d", os.Getpid()))
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/oproute/oproute/testbed/internal/etcdmember")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			memberBuild.err = fmt.Errorf("testbed: building the member binary: %w\n%s", err, b)
+			return
+		}
+		memberBuild.path = out
+	})
+	return memberBuild.path, memberBuild.err
+}
+
+var memberBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+func freePorts() (int, int, error) {
+	var ports [2]int
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, 0, fmt.Errorf("testbed: free port: %w", err)
+		}
+		defer ln.Close()
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+	}
+	return ports[0], ports[1], nil
+}
+
+func (c *EtcdCluster) launch(m *EtcdMember) error {
+	spec, _ := json.Marshal(m.spec)
+	cmd := exec.Command(c.bin)
+	cmd.Env = append(os.Environ(), memberEnv+"="+string(spec))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	logf, err := os.OpenFile(filepath.Join(c.dir, m.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("testbed: %w", err)
+	}
+	cmd.Stderr = logf
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return fmt.Errorf("testbed: %w", err)
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		logf.Close()
+		return fmt.Errorf("testbed: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("testbed: start %s: %w", m.Name, err)
+	}
+	p := &process{cmd: cmd, stdin: stdin, exited: make(chan struct{})}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == readyLine {
+				close(ready)
+				break
+			}
+		}
+		io.Copy(io.Discard, stdout)
+	}()
+	go func() {
+		cmd.Wait()
+		logf.Close()
+		close(p.exited)
+	}()
+	m.procMu.Lock()
+	m.proc = p
+	m.procMu.Unlock()
+	memberReady.Store(p, ready)
+	return nil
+}
+
+// memberReady maps a *process to the channel closed when it prints readyLine.
+var memberReady sync.Map
+
+func (c *EtcdCluster) waitReady(ctx context.Context, m *EtcdMember) error {
+	p := m.process()
+	if p == nil {
+		return ErrNotRunning
+	}
+	ready, _ := memberReady.Load(p)
+	defer memberReady.Delete(p)
+	select {
+	case <-ready.(chan struct{}):
+		return nil
+	case <-p.exited:
+		return fmt.Errorf("testbed: %s exited during start-up; see %s", m.Name, filepath.Join(c.dir, m.Name+".log"))
+	case <-ctx.Done():
+		return fmt.Errorf("testbed: %s not ready: %w", m.Name, ctx.Err())
+	}
+}
+
+func (m *EtcdMember) process() *process {
+	m.procMu.Lock()
+	defer m.procMu.Unlock()
+	return m.proc
+}
+
+// clientShape shapes the link between the client and member m.
+func (c *EtcdCluster) clientShape(m *EtcdMember) func(string, proxy.Direction) proxy.Link {
+	return func(string, proxy.Direction) proxy.Link {
+		base := c.topo.oneWay(c.topo.ClientZone, m.Zone)
+		return proxy.Link{
+			Delay:     base + time.Duration(m.extraDelay.Load()),
+			Jitter:    time.Duration(c.topo.Jitter*float64(base)) + time.Duration(m.extraJitter.Load()),
+			Blackhole: m.blackholed.Load(),
+		}
+	}
+}
+
+// peerShape shapes the links into member m's peer listener; the sender is
+// known by its X-Server-From member ID once the IDs are learnt.
+func (c *EtcdCluster) peerShape(m *EtcdMember) func(string, proxy.Direction) proxy.Link {
+	return func(key string, _ proxy.Direction) proxy.Link {
+		base := c.topo.oneWay(m.Zone, m.Zone)
+		delay, jitter, hole := time.Duration(m.extraDelay.Load()), time.Duration(m.extraJitter.Load()), m.blackholed.Load()
+		if j, ok := (*c.idIndex.Load())[key]; ok {
+			o := c.members[j]
+			base = c.topo.oneWay(m.Zone, o.Zone)
+			delay += time.Duration(o.extraDelay.Load())
+			jitter += time.Duration(o.extraJitter.Load())
+			hole = hole || o.blackholed.Load()
+		}
+		return proxy.Link{Delay: base + delay, Jitter: time.Duration(c.topo.Jitter*float64(base)) + jitter, Blackhole: hole}
+	}
+}
+
+// Size returns the number of members.
+func (c *EtcdCluster) Size() int { return len(c.members) }
+
+// Topology returns the cluster's topology.
+func (c *EtcdCluster) Topology() Topology { return c.topo }
+
+// Member returns member i.
+func (c *EtcdCluster) Member(i int) *EtcdMember { return c.members[i] }
+
+// Endpoints returns the members' client URLs as clients see them, through
+// the shaping proxies.
+func (c *EtcdCluster) Endpoints() []string {
+	eps := make([]string, len(c.members))
+	for i, m := range c.members {
+		eps[i] = m.spec.AdvertiseClient
+	}
+	return eps
+}
+
+// DirectEndpoints returns the members' unshaped client URLs, for control.
+func (c *EtcdCluster) DirectEndpoints() []string {
+	eps := make([]string, len(c.members))
+	for i, m := range c.members {
+		eps[i] = m.spec.ListenClient
+	}
+	return eps
+}
+
+// ID returns the member's etcd member ID.
+func (m *EtcdMember) ID() uint64 { return m.id.Load() }
+
+// Endpoint returns the member's shaped client URL.
+func (m *EtcdMember) Endpoint() string { return m.spec.AdvertiseClient }
+
+// PID returns the member's process ID, 0 when it is not running.
+func (m *EtcdMember) PID() int {
+	p := m.process()
+	if p == nil {
+		return 0
+	}
+	select {
+	case <-p.exited:
+		return 0
+	default:
+		return p.cmd.Process.Pid
+	}
+}
+
+// admin returns a control client for member i on its direct URL.
+func (c *EtcdCluster) admin(i int) (*clientv3.Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errors.New("testbed: cluster closed")
+	}
+	if cli := c.admins[i]; cli != nil {
+		return cli, nil
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{c.members[i].spec.ListenClient},
+		DialTimeout: 2 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("testbed: admin client for m%d: %w", i, err)
+	}
+	c.admins[i] = cli
+	return cli, nil
+}
+
+// Status returns member i's status, asked on its direct URL.
+func (c *EtcdCluster) Status(ctx context.Context, i int) (*pb.StatusResponse, error) {
+	cli, err := c.admin(i)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	resp, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("testbed: status of m%d: %w", i, err)
+	}
+	return resp, nil
+}
+
+// Leader returns the index of the member that a majority of the running
+// members names as leader at the highest term they report.
+func (c *EtcdCluster) Leader(ctx context.Context) (int, error) {
+	type vote struct {
+		leader uint64
+		term   uint64
+	}
+	votes := map[vote]int{}
+	for i := range c.members {
+		if c.members[i].PID() == 0 {
+			continue
+		}
+		st, err := c.Status(ctx, i)
+		if err != nil || st.Leader == 0 {
+			continue
+		}
+		votes[vote{st.Leader, st.RaftTerm}]++
+	}
+	best, n := vote{}, 0
+	for v, k := range votes {
+		if k > n || (k == n && v.term > best.term) {
+			best, n = v, k
+		}
+	}
+	if n <= len(c.members)/2 {
+		return -1, ErrNoLeader
+	}
+	for i, m := range c.members {
+		if m.ID() == best.leader {
+			if m.PID() == 0 {
+				// The survivors have not noticed yet that it died.
+				return -1, ErrNoLeader
+			}
+			return i, nil
+		}
+	}
+	// IDs not learnt yet (start-up): ask each member who it is.
+	for i := range c.members {
+		if st, err := c.Status(ctx, i); err == nil && st.Header.MemberId == best.leader {
+			return i, nil
+		}
+	}
+	return -1, ErrNoLeader
+}
+
+// WaitLeader polls until a leader exists or ctx ends.
+func (c *EtcdCluster) WaitLeader(ctx context.Context) (int, error) {
+	for {
+		i, err := c.Leader(ctx)
+		if err == nil {
+			return i, nil
+		}
+		select {
+		case <-ctx.Done():
+			return -1, fmt.Errorf("testbed: waiting for a leader: %w", errors.Join(err, ctx.Err()))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (c *EtcdCluster) learnIDs(ctx context.Context) error {
+	idx := map[string]int{}
+	for i, m := range c.members {
+		st, err := c.Status(ctx, i)
+		if err != nil {
+			return err
+		}
+		m.id.Store(st.Header.MemberId)
+		idx[strconv.FormatUint(st.Header.MemberId, 16)] = i
+	}
+	c.idIndex.Store(&idx)
+	return nil
+}
+
+// MoveLeader hands leadership to member to, asking the current leader (the
+// only member that accepts MoveLeader), and waits until it holds.
+func (c *EtcdCluster) MoveLeader(ctx context.Context, to int) error {
+	for {
+		cur, err := c.WaitLeader(ctx)
+		if err != nil {
+			return err
+		}
+		if cur == to {
+			return nil
+		}
+		cli, err := c.admin(cur)
+		if err != nil {
+			return err
+		}
+		mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = cli.MoveLeader(mctx, c.members[to].ID())
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			return fmt.Errorf("testbed: move leader to m%d: %w", to, err)
+		}
+	}
+}
+
+// Degrade adds delay and jitter to every link of member i, both ways:
+// client and peer links, as netem on the member's host would. Zero removes it.
+func (c *EtcdCluster) Degrade(i int, delay, jitter time.Duration) {
+	c.members[i].extraDelay.Store(int64(delay))
+	c.members[i].extraJitter.Store(int64(jitter))
+}
+
+// Blackhole drops every byte on member i's links while on.
+func (c *EtcdCluster) Blackhole(i int, on bool) { c.members[i].blackholed.Store(on) }
+
+// Pause freezes member i's process (SIGSTOP): TCP stays open, nothing answers.
+func (c *EtcdCluster) Pause(i int) error { return c.signal(i, syscall.SIGSTOP) }
+
+// Resume continues a paused member (SIGCONT).
+func (c *EtcdCluster) Resume(i int) error { return c.signal(i, syscall.SIGCONT) }
+
+func (c *EtcdCluster) signal(i int, sig syscall.Signal) error {
+	pid := c.members[i].PID()
+	if pid == 0 {
+		return fmt.Errorf("%w: m%d", ErrNotRunning, i)
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return fmt.Errorf("testbed: signal m%d: %w", i, err)
+	}
+	return nil
+}
+
+// Kill crashes member i (SIGKILL, no leadership hand-over) and waits for
+// its process to end.
+func (c *EtcdCluster) Kill(i int) error {
+	p := c.members[i].process()
+	if p == nil {
+		return fmt.Errorf("%w: m%d", ErrNotRunning, i)
+	}
+	select {
+	case <-p.exited:
+		return fmt.Errorf("%w: m%d", ErrNotRunning, i)
+	default:
+	}
+	p.cmd.Process.Kill()
+	<-p.exited
+	c.dropAdmin(i)
+	return nil
+}
+
+// Restart starts a killed member again on its data and waits until it serves.
+func (c *EtcdCluster) Restart(ctx context.Context, i int) error {
+	m := c.members[i]
+	if m.PID() != 0 {
+		return fmt.Errorf("testbed: m%d is running", i)
+	}
+	m.spec.ClusterState = "existing"
+	if err := c.launch(m); err != nil {
+		return err
+	}
+	return c.waitReady(ctx, m)
+}
+
+func (c *EtcdCluster) dropAdmin(i int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cli := c.admins[i]; cli != nil {
+		cli.Close()
+		delete(c.admins, i)
+	}
+}
+
+// Close stops every member (SIGKILL: their data is thrown away), the
+// proxies and the control clients, and removes the directory it created.
+func (c *EtcdCluster) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	admins := c.admins
+	c.admins = nil
+	c.mu.Unlock()
+	for _, cli := range admins {
+		cli.Close()
+	}
+	for _, m := range c.members {
+		if p := m.process(); p != nil {
+			p.cmd.Process.Kill()
+			p.stdin.Close()
+			<-p.exited
+		}
+		if m.clientProxy != nil {
+			m.clientProxy.Close()
+		}
+		if m.peerProxy != nil {
+			m.peerProxy.Close()
+		}
+	}
+	if c.ownDir {
+		return os.RemoveAll(c.dir)
+	}
+	return nil
+}

@@ -1,0 +1,176 @@
+package testbed_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/oproute/oproute/testbed"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func startCluster(t *testing.T, topo testbed.Topology) *testbed.EtcdCluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := testbed.StartEtcd(ctx, testbed.EtcdOptions{Topology: topo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func client(t *testing.T, ep string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// medianGet measures serializable Gets (no consensus round) on one member.
+func medianGet(t *testing.T, cli *clientv3.Client, n int) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	var ds []time.Duration
+	for range n {
+		start := time.Now()
+		if _, err := cli.Get(ctx, "k", clientv3.WithSerializable()); err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	for i := range ds {
+		for j := i + 1; j < len(ds); j++ {
+			if ds[j] < ds[i] {
+				ds[i], ds[j] = ds[j], ds[i]
+			}
+		}
+	}
+	return ds[len(ds)/2]
+}
+
+func TestClusterShapesLinksAndCountsPerMember(t *testing.T) {
+	c := startCluster(t, testbed.DefaultTopology(3))
+	ctx := context.Background()
+	if l, err := c.Leader(ctx); err != nil || l != 0 {
+		t.Fatalf("leader = %d, %v; want m0 (the topology's leader)", l, err)
+	}
+	near := client(t, c.Member(1).Endpoint()) // zone a: 0.25 ms each way
+	far := client(t, c.Member(2).Endpoint())  // zone b: 1 ms each way
+	medianGet(t, near, 10)
+	medianGet(t, far, 10)
+	dn, df := medianGet(t, near, 50), medianGet(t, far, 50)
+	t.Logf("serializable Get median: same zone %v, cross zone %v", dn, df)
+	if dn < 500*time.Microsecond || df < 2*time.Millisecond || df-dn < time.Millisecond {
+		t.Fatalf("same zone %v, cross zone %v: topology not applied", dn, df)
+	}
+
+	// Degrade m1: +8 ms each way on its client link.
+	c.Degrade(1, 8*time.Millisecond, 0)
+	if d := medianGet(t, near, 10); d < 16*time.Millisecond {
+		t.Fatalf("degraded member answered in %v, want ≥ 16ms", d)
+	}
+	c.Degrade(1, 0, 0)
+
+	// Server-side counts are per member: Puts sent to m2 show on m2 only.
+	before := make([]map[string]uint64, 3)
+	for i := range before {
+		var err error
+		if before[i], err = c.GRPCCounts(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 20 {
+		if _, err := far.Put(ctx, fmt.Sprint("k", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		after, err := c.GRPCCounts(ctx, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := after["etcdserverpb.KV/Put"] - before[i]["etcdserverpb.KV/Put"]
+		want := uint64(0)
+		if i == 2 {
+			want = 20
+		}
+		if got != want {
+			t.Errorf("m%d served %d Puts, want %d", i, got, want)
+		}
+	}
+}
+
+func TestMoveLeaderKillRestart(t *testing.T) {
+	c := startCluster(t, testbed.FlatTopology(3))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.MoveLeader(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := c.Leader(ctx); l != 2 {
+		t.Fatalf("leader %d after MoveLeader(2)", l)
+	}
+	pid := c.Member(2).PID()
+	if err := c.Kill(2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.FindProcess(pid); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.WaitLeader(ctx)
+	if err != nil || l == 2 {
+		t.Fatalf("after killing the leader: leader %d, %v", l, err)
+	}
+	if err := c.Restart(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	cli := client(t, c.Member(2).Endpoint())
+	if _, err := cli.Put(ctx, "after-restart", "v"); err != nil {
+		t.Fatalf("restarted member does not serve: %v", err)
+	}
+}
+
+func TestPauseAndBlackhole(t *testing.T) {
+	c := startCluster(t, testbed.FlatTopology(3))
+	ctx := context.Background()
+	cli := client(t, c.Member(1).Endpoint())
+	for _, fault := range []struct {
+		name    string
+		on, off func() error
+	}{
+		{"pause", func() error { return c.Pause(1) }, func() error { return c.Resume(1) }},
+		{"blackhole", func() error { c.Blackhole(1, true); return nil }, func() error { c.Blackhole(1, false); return nil }},
+	} {
+		t.Run(fault.name, func(t *testing.T) {
+			if err := fault.on(); err != nil {
+				t.Fatal(err)
+			}
+			short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			_, err := cli.Get(short, "k", clientv3.WithSerializable())
+			cancel()
+			if err == nil {
+				t.Fatal("a faulted member answered")
+			}
+			if err := fault.off(); err != nil {
+				t.Fatal(err)
+			}
+			long, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if _, err := cli.Get(long, "k", clientv3.WithSerializable()); err != nil {
+				t.Fatalf("member did not come back: %v", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,52 @@
+package testbed
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// GRPCCounts returns how many RPCs member i has handled, by method
+// ("etcdserverpb.KV/Put"), read from its own /metrics
+// (grpc_server_handled_total summed over status codes). The counts are the
+// member's own because each member runs in its own process.
+func (c *EtcdCluster) GRPCCounts(ctx context.Context, i int) (map[string]uint64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.members[i].spec.ListenClient+"/metrics", nil)
+	if err != nil {
+		return nil, fmt.Errorf("testbed: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("testbed: metrics of m%d: %w", i, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("testbed: metrics of m%d: %s", i, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("testbed: parse metrics of m%d: %w", i, err)
+	}
+	counts := map[string]uint64{}
+	fam := families["grpc_server_handled_total"]
+	if fam == nil {
+		return counts, nil
+	}
+	for _, m := range fam.GetMetric() {
+		var service, method string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "grpc_service":
+				service = l.GetValue()
+			case "grpc_method":
+				method = l.GetValue()
+			}
+		}
+		counts[service+"/"+method] += uint64(m.GetCounter().GetValue())
+	}
+	return counts, nil
+}
