@@ -45,9 +45,12 @@ type Config struct {
 	// ReadmitRatio × the median; below EjectRatio so that a member on the
 	// edge does not flap. Default is 0.9 × EjectRatio.
 	ReadmitRatio float64
-	// MinEjectGap is the least absolute excess over the median that ejects:
-	// sub-millisecond differences are noise, not grey failure. Default is
-	// 1 ms; set a negative value for none.
+	// MinEjectGap is the least absolute excess over the median that ejects.
+	// A member a few milliseconds farther away (another zone, whose reads
+	// pay the distance twice: to the member and its ReadIndex to the
+	// leader) is topology, not a grey failure, and keeps its share of reads;
+	// ejection is for a member that drifts far above the rest. Default is
+	// 5 ms; set a negative value for none.
 	MinEjectGap time.Duration
 	// MinSamples is how many read samples a member needs before it is judged.
 	// Default is 10.
@@ -101,7 +104,7 @@ func (c *Config) setDefaults() {
 		c.ReadmitRatio = 0.9 * c.EjectRatio
 	}
 	if c.MinEjectGap == 0 {
-		c.MinEjectGap = time.Millisecond
+		c.MinEjectGap = 5 * time.Millisecond
 	} else if c.MinEjectGap < 0 {
 		c.MinEjectGap = 0
 	}

@@ -70,10 +70,13 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 		h.probeFailures = 0
 		h.lastProbe, h.probed = o.res, true
 		h.probe.Add(o.rtt)
-		if prev.isEjected[i] {
-			// Probe round trips keep an ejected member's read estimate
-			// moving even when it gets almost no reads.
-			h.read.Add(o.rtt)
+	}
+	for i := range r.health {
+		h := &r.health[i]
+		if n := h.read.Count(); n != h.readsSeen {
+			h.readsSeen, h.idleRounds = n, 0
+		} else {
+			h.idleRounds++
 		}
 	}
 
@@ -159,16 +162,35 @@ func (r *Router) byServerID(id string, among []int) int {
 	return -1
 }
 
-// ejections decides the read pool: a member leaves it when its read EWMA
-// exceeds EjectRatio × the median (and by at least MinEjectGap), and comes
-// back at ReadmitRatio × the median. Fewer than half the reachable members
-// are ever ejected, so the pool is never empty.
+// idleReadRounds is how many probe rounds without a read sample make an
+// ejected member's read estimate stale, so that probes alone decide.
+const idleReadRounds = 8
+
+// ejections decides the read pool. A member leaves it when its read EWMA
+// exceeds EjectRatio × the median of the members' read EWMAs (and by at
+// least MinEjectGap). It comes back when its read EWMA (fed by its probe
+// share of reads) and its probe EWMA are each within ReadmitRatio × the
+// median of the same signal, like compared with like: a probe is a cheaper
+// round trip than a linearizable read, so the two never mix. With no reads
+// to judge by (an idle client), the probe signal alone readmits. Fewer than
+// half the reachable members are ever ejected, so the pool is never empty.
 func (r *Router) ejections(reachable []int, wasEjected []bool) []int {
-	var judged []time.Duration
+	var judged, probes []time.Duration
 	for _, i := range reachable {
-		if r.health[i].read.Count() >= uint64(r.cfg.MinSamples) {
-			judged = append(judged, r.health[i].read.Value())
+		h := &r.health[i]
+		if h.read.Count() >= uint64(r.cfg.MinSamples) {
+			judged = append(judged, h.read.Value())
 		}
+		if h.probed {
+			probes = append(probes, h.probe.Value())
+		}
+	}
+	var probeMedian time.Duration
+	if len(probes) > 0 {
+		probeMedian = medianOf(probes)
+	}
+	inLine := func(v, median time.Duration) bool {
+		return float64(v) <= r.cfg.ReadmitRatio*float64(median) || v-median <= r.cfg.MinEjectGap
 	}
 	if len(judged) < 2 {
 		var keep []int
@@ -190,7 +212,9 @@ func (r *Router) ejections(reachable []int, wasEjected []bool) []int {
 		v := h.read.Value()
 		switch {
 		case wasEjected[i]:
-			if float64(v) > r.cfg.ReadmitRatio*float64(median) {
+			probeOK := !h.probed || inLine(h.probe.Value(), probeMedian)
+			readOK := inLine(v, median) || h.idleRounds >= idleReadRounds
+			if !probeOK || !readOK {
 				out = append(out, candidate{i, v})
 			}
 		case h.read.Count() >= uint64(r.cfg.MinSamples) &&
@@ -207,6 +231,16 @@ func (r *Router) ejections(reachable []int, wasEjected []bool) []int {
 		ejected[k] = c.i
 	}
 	slices.Sort(ejected)
+	for _, i := range reachable {
+		if wasEjected[i] && !slices.Contains(ejected, i) {
+			// A readmitted member starts afresh: its old estimate describes
+			// the fault, and it must earn MinSamples new reads before it is
+			// judged again.
+			h := &r.health[i]
+			h.read.Reset(median)
+			h.readsSeen, h.idleRounds = 0, 0
+		}
+	}
 	return ejected
 }
 

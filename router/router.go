@@ -57,6 +57,8 @@ type memberHealth struct {
 	probeFailures int
 	lastProbe     ProbeResult
 	probed        bool
+	readsSeen     uint64 // read.Count() at the last probe round
+	idleRounds    int    // probe rounds in a row without a read sample
 
 	_ [64]byte // keep neighbours' hot counters off this cache line
 }
@@ -247,6 +249,14 @@ func (p Pick) Done(err error) {
 	}
 	if p.op.IsRead() {
 		h.read.Add(latency)
+	}
+}
+
+// Abandon takes back a Pick whose operation was never sent (the backend had
+// no connection to the member): it is not counted and reports nothing.
+func (p Pick) Abandon() {
+	if p.r != nil {
+		p.r.health[p.Index].ops[p.op].Add(^uint64(0))
 	}
 }
 

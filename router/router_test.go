@@ -107,6 +107,18 @@ func newTestRouter(t *testing.T, cfg Config) testRouter {
 
 func (tr testRouter) probeRound() { tr.refresh(context.Background()) }
 
+// refreshSequential probes one member at a time, so that a prober that
+// advances the fake clock times only its own member.
+func (tr testRouter) refreshSequential() {
+	outcomes := make([]probeOutcome, len(tr.members))
+	for i, m := range tr.members {
+		start := tr.clock.Now()
+		res, err := tr.cfg.Prober.Probe(context.Background(), m)
+		outcomes[i] = probeOutcome{res: res, rtt: tr.clock.Now().Sub(start), err: err}
+	}
+	tr.apply(outcomes, tr.forgets.Load())
+}
+
 // run issues n operations of class op, each taking latency(member).
 func (tr testRouter) run(t *testing.T, n int, op Op, latency func(Member) time.Duration) map[string]int {
 	t.Helper()
@@ -304,30 +316,58 @@ func TestDegradedMemberEjectedAndReadmitted(t *testing.T) {
 	if w := tr.run(t, 100, Write, slow); w["m0"] != 100 {
 		t.Fatalf("writes = %v", w)
 	}
-	// Recovery: probe-share reads and probe RTTs bring m2's estimate down.
-	tr.run(t, 2000, LinearizableRead, flat(time.Millisecond))
-	tr.probeRound()
-	if tr.Stats().Members[2].Ejected {
-		t.Fatalf("m2 not readmitted after recovering: %+v", tr.Stats().Members[2])
+	// Recovery: m2's probe-share reads bring its estimate down.
+	rounds := 0
+	for ; tr.Stats().Members[2].Ejected; rounds++ {
+		if rounds == 10 {
+			t.Fatalf("m2 not readmitted after recovering: %+v", tr.Stats().Members[2])
+		}
+		tr.run(t, 1000, LinearizableRead, flat(time.Millisecond))
+		tr.probeRound()
 	}
+	t.Logf("readmitted after %d rounds of 1000 reads", rounds)
 	if c := tr.run(t, 300, LinearizableRead, flat(time.Millisecond)); c["m2"] != 100 {
 		t.Fatalf("readmitted m2 reads = %v", c)
 	}
 }
 
-func TestProbeRTTAloneReadmits(t *testing.T) {
+func TestIdleClientReadmitsOnProbesAlone(t *testing.T) {
 	tr := newTestRouter(t, Config{})
 	tr.run(t, 300, LinearizableRead, slowMember("m1", 20*time.Millisecond, time.Millisecond))
 	tr.probeRound()
 	if !tr.Stats().Members[1].Ejected {
 		t.Fatal("m1 not ejected")
 	}
-	// No reads at all; the fake probe round trip is 0, below the median.
-	for range 10 {
+	// No reads at all: its read estimate is stale; the probes (equal for
+	// every member here) decide, after idleReadRounds rounds.
+	for range idleReadRounds - 1 {
 		tr.probeRound()
 	}
+	if !tr.Stats().Members[1].Ejected {
+		t.Fatal("readmitted before its read estimate went stale")
+	}
+	tr.probeRound()
+	tr.probeRound()
 	if tr.Stats().Members[1].Ejected {
 		t.Fatal("an idle client never readmits a recovered member")
+	}
+}
+
+func TestSlowProbesKeepMemberOut(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	tr.run(t, 300, LinearizableRead, slowMember("m1", 20*time.Millisecond, time.Millisecond))
+	// Probes to m1 take 10 ms, to the others nothing: still degraded.
+	tr.cfg.Prober = ProberFunc(func(ctx context.Context, m Member) (ProbeResult, error) {
+		if m.ID == "m1" {
+			tr.clock.Advance(10 * time.Millisecond)
+		}
+		return tr.cluster.Probe(ctx, m)
+	})
+	for range 3 * idleReadRounds {
+		tr.refreshSequential()
+	}
+	if !tr.Stats().Members[1].Ejected {
+		t.Fatal("a member whose probes are still slow was readmitted")
 	}
 }
 
@@ -370,12 +410,19 @@ func TestMinSamplesAndGap(t *testing.T) {
 	if tr.Stats().Members[2].Ejected {
 		t.Fatal("ejected on fewer than MinSamples reads")
 	}
-	// 3x the median but only 0.4 ms above it: noise, not grey failure.
+	// 3x the median but only 4 ms above it: a farther zone, not a fault.
 	tr2 := newTestRouter(t, Config{})
-	tr2.run(t, 300, LinearizableRead, slowMember("m2", 600*time.Microsecond, 200*time.Microsecond))
+	tr2.run(t, 300, LinearizableRead, slowMember("m2", 6*time.Millisecond, 2*time.Millisecond))
 	tr2.probeRound()
 	if tr2.Stats().Members[2].Ejected {
-		t.Fatal("ejected for a sub-millisecond excess")
+		t.Fatal("ejected for a 4 ms excess, below MinEjectGap")
+	}
+	// With the gap switched off, the ratio alone decides.
+	tr3 := newTestRouter(t, Config{MinEjectGap: -1})
+	tr3.run(t, 300, LinearizableRead, slowMember("m2", 6*time.Millisecond, 2*time.Millisecond))
+	tr3.probeRound()
+	if !tr3.Stats().Members[2].Ejected {
+		t.Fatal("not ejected at 3x the median with no gap")
 	}
 }
 

@@ -25,9 +25,11 @@ type MemberStats struct {
 	// boltzmann policies, which use it); ProbeRTT its probe EWMA.
 	ReadLatency time.Duration
 	ProbeRTT    time.Duration
-	Reachable   bool
-	Ejected     bool
-	Leader      bool
+	// ProbeOK: the member answered its last leader probe.
+	ProbeOK   bool
+	Reachable bool
+	Ejected   bool
+	Leader    bool
 }
 
 // Reads returns the linearizable and stale reads routed to the member.
@@ -45,6 +47,8 @@ func (r *Router) Stats() Stats {
 	if s.leader >= 0 {
 		st.Leader = r.members[s.leader].ID
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for i := range r.members {
 		h := &r.health[i]
 		ms := MemberStats{
@@ -53,6 +57,7 @@ func (r *Router) Stats() Stats {
 			ProbeRTT:    h.probe.Value(),
 			Ejected:     s.isEjected[i],
 			Leader:      i == s.leader,
+			ProbeOK:     h.probed && h.probeFailures == 0,
 		}
 		for _, j := range s.reachable {
 			ms.Reachable = ms.Reachable || i == j

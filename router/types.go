@@ -105,6 +105,9 @@ var (
 	ErrUnknownMember = errors.New("router: unknown member")
 	// ErrClosed: the router was closed.
 	ErrClosed = errors.New("router: closed")
+	// ErrUnreachable: no member answered (backends return it when a
+	// connect timeout passes with nobody answering a probe).
+	ErrUnreachable = errors.New("router: no member reachable")
 )
 
 type overrideKey struct{}
@@ -125,6 +128,12 @@ func WithLeader(ctx context.Context) context.Context {
 // such member exists.
 func WithMember(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, overrideKey{}, override{member: id})
+}
+
+// ForcedMember returns the member ID set by WithMember on ctx, if any.
+func ForcedMember(ctx context.Context) (string, bool) {
+	o, ok := overrideFrom(ctx)
+	return o.member, ok && o.member != ""
 }
 
 func overrideFrom(ctx context.Context) (override, bool) {

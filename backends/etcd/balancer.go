@@ -1,0 +1,252 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/balancer/base"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/serviceconfig"
+	"google.golang.org/grpc/status"
+
+	"github.com/oproute/oproute/pool"
+	"github.com/oproute/oproute/router"
+)
+
+// balancerName is the gRPC load-balancing policy this package registers.
+const balancerName = "oproute_etcd"
+
+func init() { balancer.Register(builder{}) }
+
+// routers maps a client's id (named in its service config) to its router:
+// grpc builds balancers itself, so the config is how one finds its router.
+var routers sync.Map // string → *routerEntry
+
+type routerEntry struct {
+	r              *router.Router
+	connsPerMember int
+	byAddr         map[string]int // member address → index
+}
+
+type lbConfig struct {
+	serviceconfig.LoadBalancingConfig
+	Router string `json:"router"`
+}
+
+type builder struct{}
+
+func (builder) Name() string { return balancerName }
+
+func (builder) ParseConfig(raw json.RawMessage) (serviceconfig.LoadBalancingConfig, error) {
+	var cfg lbConfig
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return nil, fmt.Errorf("%s: config: %w", balancerName, err)
+	}
+	return &cfg, nil
+}
+
+func (builder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
+	return &lb{cc: cc, opts: opts}
+}
+
+// lb wraps grpc's base balancer, which keeps one SubConn per address, and
+// hands it each member's address Conns times with distinct attributes, so
+// that base keeps a pool of connections per member. The router is found
+// on the first config update.
+type lb struct {
+	cc    balancer.ClientConn
+	opts  balancer.BuildOptions
+	inner balancer.Balancer
+}
+
+// connAttr marks the k-th connection of a member's pool.
+type connAttr struct{}
+
+type connID struct {
+	member int // -1: an address the router does not know
+	k      int
+}
+
+func (b *lb) UpdateClientConnState(s balancer.ClientConnState) error {
+	cfg, _ := s.BalancerConfig.(*lbConfig)
+	var entry *routerEntry
+	if cfg != nil {
+		if e, ok := routers.Load(cfg.Router); ok {
+			entry = e.(*routerEntry)
+		}
+	}
+	if entry == nil {
+		return fmt.Errorf("%s: no router %v (client closed?)", balancerName, cfg)
+	}
+	if b.inner == nil {
+		b.inner = base.NewBalancerBuilder(balancerName, &pickerBuilder{entry: entry}, base.Config{}).Build(b.cc, b.opts)
+	}
+	var addrs []resolver.Address
+	for _, a := range flatten(s.ResolverState) {
+		member, ok := entry.byAddr[a.Addr]
+		n := entry.connsPerMember
+		if !ok {
+			member, n = -1, 1
+		}
+		for k := range n {
+			c := a
+			c.Attributes = c.Attributes.WithValue(connAttr{}, connID{member: member, k: k})
+			addrs = append(addrs, c)
+		}
+	}
+	s.ResolverState.Addresses, s.ResolverState.Endpoints = addrs, nil
+	return b.inner.UpdateClientConnState(s)
+}
+
+func flatten(s resolver.State) []resolver.Address {
+	if len(s.Endpoints) == 0 {
+		return s.Addresses
+	}
+	var out []resolver.Address
+	for _, ep := range s.Endpoints {
+		out = append(out, ep.Addresses...)
+	}
+	return out
+}
+
+func (b *lb) ResolverError(err error) {
+	if b.inner != nil {
+		b.inner.ResolverError(err)
+	}
+}
+
+func (b *lb) UpdateSubConnState(sc balancer.SubConn, s balancer.SubConnState) {
+	if b.inner != nil {
+		b.inner.UpdateSubConnState(sc, s)
+	}
+}
+
+func (b *lb) Close() {
+	if b.inner != nil {
+		b.inner.Close()
+	}
+}
+
+func (b *lb) ExitIdle() {
+	if ei, ok := b.inner.(balancer.ExitIdler); ok {
+		ei.ExitIdle()
+	}
+}
+
+type pickerBuilder struct{ entry *routerEntry }
+
+func (pb *pickerBuilder) Build(info base.PickerBuildInfo) balancer.Picker {
+	if len(info.ReadySCs) == 0 {
+		return base.NewErrPicker(balancer.ErrNoSubConnAvailable)
+	}
+	n := len(pb.entry.byAddr)
+	conns := make([][]balancer.SubConn, n)
+	var ready []int
+	var others []balancer.SubConn
+	for sc, sci := range info.ReadySCs {
+		id, _ := sci.Address.Attributes.Value(connAttr{}).(connID)
+		if id.member < 0 || id.member >= n {
+			others = append(others, sc)
+			continue
+		}
+		conns[id.member] = append(conns[id.member], sc)
+	}
+	for i := range conns {
+		if len(conns[i]) > 0 {
+			ready = append(ready, i)
+		}
+	}
+	return &picker{r: pb.entry.r, pool: pool.New(conns), ready: ready, others: others}
+}
+
+// picker routes each RPC with the router and hands gRPC a connection from
+// the chosen member's pool.
+type picker struct {
+	r      *router.Router
+	pool   *pool.Pool[balancer.SubConn]
+	ready  []int // members with a ready connection
+	others []balancer.SubConn
+	next   atomic.Uint32
+}
+
+type probeKey struct{}
+
+func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
+	ctx := info.Ctx
+	if idx, ok := ctx.Value(probeKey{}).(int); ok {
+		// Leader probes go to their member without being counted as traffic.
+		if sc, ok := p.pool.Get(idx); ok {
+			return balancer.PickResult{SubConn: sc}, nil
+		}
+		return balancer.PickResult{}, status.Errorf(codes.Unavailable, "oproute: member %d has no ready connection", idx)
+	}
+	if len(p.ready) == 0 {
+		// Only addresses the router does not know (endpoints changed by
+		// SetEndpoints): plain round robin.
+		return balancer.PickResult{SubConn: p.others[(p.next.Add(1)-1)%uint32(len(p.others))]}, nil
+	}
+	op := classify(ctx, info.FullMethodName)
+	pick, err := p.r.Pick(ctx, op)
+	if err != nil {
+		return balancer.PickResult{}, pickError(err)
+	}
+	sc, ok := p.pool.Get(pick.Index)
+	if !ok {
+		pick.Abandon()
+		if _, forced := router.ForcedMember(ctx); forced {
+			return balancer.PickResult{}, status.Errorf(codes.Unavailable, "oproute: member %s has no ready connection", pick.Member.ID)
+		}
+		// The router has not yet seen this member go: use one that is up.
+		alt := p.ready[(p.next.Add(1)-1)%uint32(len(p.ready))]
+		if pick, err = p.r.Pick(router.WithMember(ctx, p.r.Members()[alt].ID), op); err != nil {
+			return balancer.PickResult{}, pickError(err)
+		}
+		sc, _ = p.pool.Get(alt)
+	}
+	return balancer.PickResult{SubConn: sc, Done: func(di balancer.DoneInfo) {
+		pick.Done(routingError(ctx, di.Err))
+	}}, nil
+}
+
+func pickError(err error) error {
+	switch {
+	case errors.Is(err, router.ErrUnknownMember):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, router.ErrClosed):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}
+
+// routingError keeps the errors that speak against the member that served
+// the call: the transport failed, it has no leader, it is not the leader, it
+// timed out. Application errors (a failed compare, a compacted revision,
+// permission denied) say nothing about routing. The caller's own deadline
+// or cancellation is not the member's fault either.
+func routingError(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return context.Canceled
+	}
+	st, _ := status.FromError(err)
+	switch st.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return err
+	case codes.Canceled:
+		return context.Canceled
+	case codes.FailedPrecondition:
+		switch st.Message() {
+		case "etcdserver: not leader", "etcdserver: rpc not supported for learner":
+			return err
+		}
+	}
+	return nil
+}

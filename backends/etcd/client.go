@@ -1,0 +1,243 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	"github.com/oproute/oproute/pool"
+	"github.com/oproute/oproute/router"
+)
+
+// Client is a *clientv3.Client whose RPCs are routed by operation. Every
+// clientv3 API works unchanged through the embedded client.
+type Client struct {
+	*clientv3.Client
+	router  *router.Router
+	id      string
+	index   map[string]int                   // member ID → index, for probes
+	current atomic.Pointer[clientv3.Client] // for the prober, which starts before New returns
+	closed  atomic.Bool
+}
+
+// Sentinel errors, besides the router's (router.ErrDuplicateMember,
+// router.ErrUnknownPolicy, router.ErrInvalidConfig …).
+var (
+	// ErrNoEndpoints: the configuration names no endpoint. It wraps
+	// router.ErrNoMembers.
+	ErrNoEndpoints = fmt.Errorf("oproute/etcd: no endpoints: %w", router.ErrNoMembers)
+	// ErrInvalidEndpoint: an endpoint is not a host:port or URL.
+	ErrInvalidEndpoint = errors.New("oproute/etcd: invalid endpoint")
+	// ErrUnreachable: Config.DialTimeout passed with no member answering.
+	// It wraps router.ErrUnreachable.
+	ErrUnreachable = fmt.Errorf("oproute/etcd: %w", router.ErrUnreachable)
+)
+
+type options struct {
+	policy         string
+	connsPerMember int
+	zones          map[string]string
+	clientZone     string
+	tune           func(*router.Config)
+}
+
+// Option configures New.
+type Option func(*options)
+
+// WithPolicy picks the routing policy by name (router.Policies()). Default
+// is router.Hybrid.
+func WithPolicy(name string) Option { return func(o *options) { o.policy = name } }
+
+// WithConnsPerMember sets how many gRPC connections are kept per member.
+// Default is pool.DefaultSize (3), whatever the policy, so that policies
+// compare on an equal budget.
+func WithConnsPerMember(n int) Option { return func(o *options) { o.connsPerMember = n } }
+
+// WithZones places endpoints in zones and names the client's zone;
+// serializable reads prefer members in the client's zone.
+func WithZones(clientZone string, endpointZones map[string]string) Option {
+	return func(o *options) { o.clientZone, o.zones = clientZone, endpointZones }
+}
+
+// WithRouterConfig lets the caller adjust the router's parameters (probe
+// interval, ejection ratio, …) after the defaults are set. Members and
+// Prober belong to the backend and are overwritten.
+func WithRouterConfig(tune func(*router.Config)) Option { return func(o *options) { o.tune = tune } }
+
+// WithLeader makes the RPCs under ctx go to the leader whatever their class.
+func WithLeader(ctx context.Context) context.Context { return router.WithLeader(ctx) }
+
+// WithMember makes the RPCs under ctx go to the member with this endpoint,
+// as given in Config.Endpoints.
+func WithMember(ctx context.Context, endpoint string) context.Context {
+	return router.WithMember(ctx, endpoint)
+}
+
+var clientSeq atomic.Uint64
+
+// New returns a client for cfg whose RPCs are routed by operation: writes to
+// the leader, linearizable reads over the healthy read pool (with the
+// default policy). It is a drop-in for clientv3.New(cfg).
+//
+// Like clientv3 3.7, New does not wait for connections, unless
+// cfg.DialTimeout is set: then it waits until a member answers a leader
+// probe and fails with ErrUnreachable if none does in time.
+func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
+	o := options{policy: router.Hybrid, connsPerMember: pool.DefaultSize}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.connsPerMember < 1 || o.connsPerMember > 64 {
+		return nil, fmt.Errorf("%w: %d connections per member, want 1..64", router.ErrInvalidConfig, o.connsPerMember)
+	}
+	if len(cfg.Endpoints) == 0 {
+		return nil, ErrNoEndpoints
+	}
+	members := make([]router.Member, len(cfg.Endpoints))
+	byAddr := map[string]int{}
+	for i, ep := range cfg.Endpoints {
+		addr, err := hostPort(ep)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := byAddr[addr]; dup {
+			return nil, fmt.Errorf("%w: endpoint %q", router.ErrDuplicateMember, ep)
+		}
+		byAddr[addr] = i
+		members[i] = router.Member{ID: ep, Addr: addr, Zone: o.zones[ep]}
+	}
+
+	c := &Client{id: "c" + strconv.FormatUint(clientSeq.Add(1), 10), index: map[string]int{}}
+	for i, m := range members {
+		c.index[m.ID] = i
+	}
+	rcfg := router.Config{Policy: o.policy, ClientZone: o.clientZone}
+	if o.tune != nil {
+		o.tune(&rcfg)
+	}
+	rcfg.Members, rcfg.Prober = members, router.ProberFunc(c.probe)
+	r, err := router.New(rcfg)
+	if err != nil {
+		return nil, fmt.Errorf("oproute/etcd: %w", err)
+	}
+	c.router = r
+	routers.Store(c.id, &routerEntry{r: r, connsPerMember: o.connsPerMember, byAddr: byAddr})
+
+	// etcd's resolver forces round_robin through its service config;
+	// disabling resolver service configs lets our default one name our
+	// balancer. Our options go last so they win.
+	cfg.DialOptions = append(slices.Clone(cfg.DialOptions),
+		grpc.WithDisableServiceConfig(),
+		grpc.WithDefaultServiceConfig(fmt.Sprintf(`{"loadBalancingConfig":[{%q:{"router":%q}}]}`, balancerName, c.id)),
+		grpc.WithChainUnaryInterceptor(classifyInterceptor),
+	)
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		r.Close()
+		routers.Delete(c.id)
+		return nil, fmt.Errorf("oproute/etcd: %w", err)
+	}
+	c.Client = cli
+	c.current.Store(cli)
+	r.Refresh()
+	if cfg.DialTimeout > 0 {
+		if err := c.waitReachable(cfg.DialTimeout); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *Client) waitReachable(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		for _, m := range c.router.Stats().Members {
+			if m.ProbeOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w within %v: %v", ErrUnreachable, timeout, c.Endpoints())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// hostPort turns an etcd endpoint ("http://h:p", "https://h:p", "h:p") into
+// the address gRPC dials.
+func hostPort(ep string) (string, error) {
+	s := ep
+	if strings.Contains(s, "://") {
+		u, err := url.Parse(s)
+		if err != nil || u.Host == "" {
+			return "", fmt.Errorf("%w: %q", ErrInvalidEndpoint, ep)
+		}
+		switch u.Scheme {
+		case "http", "https":
+		case "unix", "unixs":
+			return u.Host + u.Path, nil
+		default:
+			return "", fmt.Errorf("%w: %q: scheme %q", ErrInvalidEndpoint, ep, u.Scheme)
+		}
+		s = u.Host
+	}
+	if s == "" || !strings.Contains(s, ":") {
+		return "", fmt.Errorf("%w: %q: want host:port", ErrInvalidEndpoint, ep)
+	}
+	return s, nil
+}
+
+// probe asks member m for its status on one of the client's own pooled
+// connections (never a fresh dial), so TLS, credentials and dial options
+// apply to probes as to everything else.
+func (c *Client) probe(ctx context.Context, m router.Member) (router.ProbeResult, error) {
+	cli := c.current.Load()
+	if cli == nil {
+		return router.ProbeResult{}, errors.New("oproute/etcd: client starting")
+	}
+	ctx = context.WithValue(ctx, probeKey{}, c.index[m.ID])
+	resp, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(false))
+	if err != nil {
+		return router.ProbeResult{}, fmt.Errorf("status of %s: %w", m.ID, err)
+	}
+	res := router.ProbeResult{
+		ServerID:   strconv.FormatUint(resp.GetHeader().GetMemberId(), 16),
+		Term:       resp.GetRaftTerm(),
+		NotServing: resp.GetIsLearner(),
+	}
+	if resp.GetLeader() != 0 {
+		res.LeaderID = strconv.FormatUint(resp.GetLeader(), 16)
+	}
+	return res, nil
+}
+
+// Router returns the client's router.
+func (c *Client) Router() *router.Router { return c.router }
+
+// Stats returns where operations went, the leader, ejections and fallbacks.
+func (c *Client) Stats() router.Stats { return c.router.Stats() }
+
+// Close closes the etcd client and stops the router. It is idempotent.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	err := c.Client.Close()
+	c.router.Close()
+	routers.Delete(c.id)
+	if errors.Is(err, context.Canceled) {
+		err = nil // clientv3 reports its own cancelled context on a clean close
+	}
+	return err
+}

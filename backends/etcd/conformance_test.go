@@ -1,0 +1,87 @@
+package etcd_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/oproute/oproute/backends/etcd"
+	"github.com/oproute/oproute/conformance"
+	"github.com/oproute/oproute/router"
+	"github.com/oproute/oproute/testbed"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestConformance(t *testing.T) { conformance.Run(t, harness{}) }
+
+type harness struct{}
+
+func (harness) NewCluster(t *testing.T, size int) conformance.Cluster {
+	return cluster{startCluster(t, testbed.DefaultTopology(size))}
+}
+
+func (harness) Connect(endpoints []string, policy string) (conformance.Client, error) {
+	cli, err := etcd.New(clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop(), DialTimeout: conformance.ConnectTimeout}, etcd.WithPolicy(policy))
+	if err != nil {
+		return nil, err
+	}
+	return client{cli}, nil
+}
+
+func startCluster(t *testing.T, topo testbed.Topology) *testbed.EtcdCluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := testbed.StartEtcd(ctx, testbed.EtcdOptions{Topology: topo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+type cluster struct{ *testbed.EtcdCluster }
+
+func (c cluster) Served(ctx context.Context, i int) (conformance.Served, error) {
+	n, err := c.GRPCCounts(ctx, i)
+	if err != nil {
+		return conformance.Served{}, err
+	}
+	return conformance.Served{
+		Writes: n["etcdserverpb.KV/Put"] + n["etcdserverpb.KV/DeleteRange"],
+		Reads:  n["etcdserverpb.KV/Range"],
+		Txns:   n["etcdserverpb.KV/Txn"],
+	}, nil
+}
+
+type client struct{ *etcd.Client }
+
+func (c client) Put(ctx context.Context, key, value string) error {
+	_, err := c.Client.Put(ctx, key, value)
+	return err
+}
+
+func (c client) Get(ctx context.Context, key string) (string, bool, error) {
+	resp, err := c.Client.Get(ctx, key)
+	if err != nil || len(resp.Kvs) == 0 {
+		return "", false, err
+	}
+	return string(resp.Kvs[0].Value), true, nil
+}
+
+func (c client) Stats() router.Stats { return c.Client.Stats() }
+
+func (c client) ReadOnlyTxn(ctx context.Context, key string) error {
+	_, err := c.Txn(ctx).If(clientv3.Compare(clientv3.Version(key), ">", 0)).Then(clientv3.OpGet(key)).Else(clientv3.OpGet(key + "/other")).Commit()
+	return err
+}
+
+func (c client) MixedTxn(ctx context.Context, key, value string) error {
+	_, err := c.Txn(ctx).If(clientv3.Compare(clientv3.Version(key), "!=", -1)).Then(clientv3.OpGet(key), clientv3.OpPut(key, value)).Commit()
+	return err
+}

@@ -1,0 +1,90 @@
+// Package conformance is one suite of routing promises that every backend
+// keeps, run against real clusters on the test bed:
+//
+//	func TestConformance(t *testing.T) { conformance.Run(t, myHarness{}) }
+//
+// Each property is a named subtest on a fresh cluster. Where a count can be
+// read on the server side (etcd's /metrics, ZooKeeper's four-letter words)
+// the suite checks that, not only the router's own counters.
+//
+// Optional capabilities are optional interfaces on Client (TxnClient),
+// probed by the suite, rather than flags on the harness.
+package conformance
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/oproute/oproute/router"
+)
+
+// Harness starts clusters of one backend and connects routed clients.
+type Harness interface {
+	// NewCluster starts a fresh cluster of size members on the default
+	// emulated topology (member 0 leads, from the client's zone). The
+	// harness closes it when t ends.
+	NewCluster(t *testing.T, size int) Cluster
+	// Connect returns a routed client of endpoints with the named policy.
+	// It must fail, not hang, when no endpoint is reachable; connecting
+	// may wait up to ConnectTimeout for that.
+	Connect(endpoints []string, policy string) (Client, error)
+}
+
+// ConnectTimeout bounds Harness.Connect's wait for a reachable member.
+const ConnectTimeout = 3 * time.Second
+
+// Cluster is a running cluster with fault knobs.
+type Cluster interface {
+	// Endpoints lists the members' client addresses in member order.
+	Endpoints() []string
+	// Leader returns the leader's index as the servers see it.
+	Leader(ctx context.Context) (int, error)
+	// MoveLeader hands leadership to member to and returns once it holds.
+	MoveLeader(ctx context.Context, to int) error
+	// Kill crashes member i.
+	Kill(i int) error
+	// Degrade adds one-way delay and jitter to all of member i's links.
+	Degrade(i int, delay, jitter time.Duration)
+	// Served returns what member i has served so far, counted by the
+	// member itself.
+	Served(ctx context.Context, i int) (Served, error)
+}
+
+// Served counts the operations a member served, by its own account.
+type Served struct {
+	Writes uint64 // client writes received (not forwarded proposals)
+	Reads  uint64 // client reads
+	Txns   uint64 // transactions, for backends with TxnClient
+}
+
+// Client is a routed client.
+type Client interface {
+	// Put writes key=value.
+	Put(ctx context.Context, key, value string) error
+	// Get is a linearizable read.
+	Get(ctx context.Context, key string) (value string, found bool, err error)
+	// Stats returns the router's view, members in Endpoints order.
+	Stats() router.Stats
+	Close() error
+}
+
+// TxnClient is implemented by backends with multi-key transactions.
+type TxnClient interface {
+	// ReadOnlyTxn runs a transaction that only reads key.
+	ReadOnlyTxn(ctx context.Context, key string) error
+	// MixedTxn runs a transaction that reads key and writes key=value.
+	MixedTxn(ctx context.Context, key, value string) error
+}
+
+// Run runs every property against h.
+func Run(t *testing.T, h Harness) {
+	t.Run("HybridWritesToLeaderReadsSpread", func(t *testing.T) { testHybridRouting(t, h) })
+	t.Run("TxnClassifiedByContent", func(t *testing.T) { testTxn(t, h) })
+	t.Run("RoundRobinIsStock", func(t *testing.T) { testRoundRobin(t, h) })
+	t.Run("LeaderMovedUnderLoad", func(t *testing.T) { testLeaderChange(t, h, false) })
+	t.Run("LeaderKilledUnderLoad", func(t *testing.T) { testLeaderChange(t, h, true) })
+	t.Run("DegradedMemberLeavesAndRejoins", func(t *testing.T) { testDegraded(t, h) })
+	t.Run("AllEquallySlowNobodyEjected", func(t *testing.T) { testAllSlow(t, h) })
+	t.Run("BadInput", func(t *testing.T) { testBadInput(t, h) })
+}

@@ -1,0 +1,393 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oproute/oproute/router"
+)
+
+func connect(t *testing.T, h Harness, endpoints []string, policy string) Client {
+	t.Helper()
+	cli, err := h.Connect(endpoints, policy)
+	if err != nil {
+		t.Fatalf("connect %s: %v", policy, err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// waitLeaderKnown waits until the client's router pins writes to want.
+func waitLeaderKnown(t *testing.T, cli Client, c Cluster, want int) {
+	t.Helper()
+	ep := c.Endpoints()[want]
+	poll(t, 5*time.Second, "router learns the leader "+ep, func() bool { return cli.Stats().Leader == ep })
+}
+
+// servedAll reads every member's own counts; dead (a killed member) counts
+// zero.
+func servedAll(t *testing.T, c Cluster, dead ...int) []Served {
+	t.Helper()
+	out := make([]Served, len(c.Endpoints()))
+	for i := range out {
+		if slices.Contains(dead, i) {
+			continue
+		}
+		s, err := c.Served(context.Background(), i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = s
+	}
+	return out
+}
+
+func delta(after, before []Served) []Served {
+	d := make([]Served, len(after))
+	for i := range d {
+		d[i] = Served{Writes: after[i].Writes - before[i].Writes, Reads: after[i].Reads - before[i].Reads, Txns: after[i].Txns - before[i].Txns}
+	}
+	return d
+}
+
+func shares(d []Served, f func(Served) uint64) []float64 {
+	total := 0.0
+	for _, s := range d {
+		total += float64(f(s))
+	}
+	out := make([]float64, len(d))
+	for i, s := range d {
+		if total > 0 {
+			out[i] = float64(f(s)) / total
+		}
+	}
+	return out
+}
+
+func writesOf(s Served) uint64 { return s.Writes }
+func readsOf(s Served) uint64  { return s.Reads }
+func txnsOf(s Served) uint64   { return s.Txns }
+
+func checkEven(t *testing.T, what string, sh []float64, points float64) {
+	t.Helper()
+	even := 1 / float64(len(sh))
+	for i, s := range sh {
+		if math.Abs(s-even) > points/100 {
+			t.Errorf("%s: member %d has %.1f%%, want %.1f%% ± %.0f points (all: %.3f)", what, i, 100*s, 100*even, points, sh)
+		}
+	}
+}
+
+// run performs n operations one after another, each with opTimeout.
+func run(t *testing.T, n int, op func(ctx context.Context, i int) error) {
+	t.Helper()
+	for i := range n {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		err := op(ctx, i)
+		cancel()
+		if err != nil {
+			t.Fatalf("op %d: %v", i, err)
+		}
+	}
+}
+
+func testHybridRouting(t *testing.T, h Harness) {
+	c := h.NewCluster(t, 3)
+	cli := connect(t, h, c.Endpoints(), router.Hybrid)
+	leader, err := c.Leader(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLeaderKnown(t, cli, c, leader)
+	before := servedAll(t, c)
+	run(t, 300, func(ctx context.Context, i int) error { return cli.Put(ctx, fmt.Sprintf("hybrid/%d", i), "v") })
+	run(t, 600, func(ctx context.Context, i int) error {
+		_, _, err := cli.Get(ctx, fmt.Sprintf("hybrid/%d", i%300))
+		return err
+	})
+	d := delta(servedAll(t, c), before)
+	t.Logf("server-side counts: %+v", d)
+	if w := shares(d, writesOf); w[leader] < 0.99 {
+		t.Errorf("leader served %.1f%% of writes, want ≥ 99%% (%+v)", 100*w[leader], d)
+	}
+	checkEven(t, "linearizable reads", shares(d, readsOf), 10)
+}
+
+func testTxn(t *testing.T, h Harness) {
+	c := h.NewCluster(t, 3)
+	cli := connect(t, h, c.Endpoints(), router.Hybrid)
+	tc, ok := cli.(TxnClient)
+	if !ok {
+		t.Skip("backend has no transactions")
+	}
+	leader, _ := c.Leader(context.Background())
+	waitLeaderKnown(t, cli, c, leader)
+	before := servedAll(t, c)
+	run(t, 300, func(ctx context.Context, i int) error { return tc.ReadOnlyTxn(ctx, fmt.Sprintf("txn/%d", i)) })
+	mid := servedAll(t, c)
+	readOnly := delta(mid, before)
+	checkEven(t, "read-only Txn (a read)", shares(readOnly, txnsOf), 10)
+	run(t, 100, func(ctx context.Context, i int) error { return tc.MixedTxn(ctx, fmt.Sprintf("txn/%d", i), "v") })
+	mixed := delta(servedAll(t, c), mid)
+	if s := shares(mixed, txnsOf); s[leader] < 0.99 {
+		t.Errorf("leader served %.1f%% of mixed Txns, want ≥ 99%% (%+v)", 100*s[leader], mixed)
+	}
+}
+
+func testRoundRobin(t *testing.T, h Harness) {
+	c := h.NewCluster(t, 3)
+	cli := connect(t, h, c.Endpoints(), router.RoundRobin)
+	before := servedAll(t, c)
+	run(t, 300, func(ctx context.Context, i int) error { return cli.Put(ctx, fmt.Sprintf("rr/%d", i), "v") })
+	d := delta(servedAll(t, c), before)
+	t.Logf("server-side counts: %+v", d)
+	checkEven(t, "round_robin writes", shares(d, writesOf), 10)
+}
+
+// testLeaderChange moves (or kills) the leader under a write load and checks
+// that writes succeed again within 1 s of a new leader existing, that they
+// then go to it, and that no acknowledged write is lost.
+func testLeaderChange(t *testing.T, h Harness, kill bool) {
+	c := h.NewCluster(t, 3)
+	cli := connect(t, h, c.Endpoints(), router.Hybrid)
+	ctx := context.Background()
+	old, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLeaderKnown(t, cli, c, old)
+	l := startLoad(t, cli, 4, 0.5, "change")
+	poll(t, 10*time.Second, "load under way", func() bool { return len(l.ackedWrites()) > 50 })
+
+	target := (old + 1) % 3
+	if kill {
+		if err := c.Kill(old); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := c.MoveLeader(ctx, target); err != nil {
+		t.Fatal(err)
+	}
+	// t0: the first moment the servers agree on a new leader.
+	var next int
+	poll(t, 15*time.Second, "a new leader", func() bool {
+		next, err = c.Leader(ctx)
+		return err == nil && next != old
+	})
+	t0 := time.Now()
+	poll(t, 5*time.Second, "a write after the new leader", func() bool {
+		_, ok := l.firstWriteAfter(t0)
+		return ok
+	})
+	at, _ := l.firstWriteAfter(t0)
+	t.Logf("first write %v after the new leader m%d existed; %d errors in flight so far", at.Sub(t0), next, l.errs.Load())
+	if gap := at.Sub(t0); gap > time.Second {
+		t.Errorf("writes resumed %v after the new leader existed, want ≤ 1s", gap)
+	}
+	waitLeaderKnown(t, cli, c, next)
+	// Writes picked before the router knew the new leader went round robin;
+	// let them finish before counting where writes go.
+	known := time.Now()
+	poll(t, 2*opTimeout, "operations from before the leader was known finish", func() bool { return !l.startedBefore(known) })
+
+	// Writes now go to the new leader (server side).
+	var dead []int
+	if kill {
+		dead = []int{old}
+	}
+	before := servedAll(t, c, dead...)
+	poll(t, 10*time.Second, "writes after the change", func() bool {
+		d := delta(servedAll(t, c, dead...), before)
+		return d[next].Writes >= 100
+	})
+	d := delta(servedAll(t, c, dead...), before)
+	if s := shares(d, writesOf); s[next] < 0.99 {
+		t.Errorf("new leader m%d served %.1f%% of writes after the change, want ≥ 99%% (%+v)", next, 100*s[next], d)
+	}
+	l.stop()
+
+	acked := l.ackedWrites()
+	for key, want := range acked {
+		rctx, cancel := context.WithTimeout(ctx, opTimeout)
+		got, found, err := cli.Get(rctx, key)
+		cancel()
+		if err != nil || !found || got != want {
+			t.Fatalf("acknowledged write %s=%s lost: got %q found=%v err=%v", key, want, got, found, err)
+		}
+	}
+	t.Logf("%d acknowledged writes all readable; %d errors in flight", len(acked), l.errs.Load())
+}
+
+// windowShare returns member i's share of reads routed over window, by the
+// router's counters.
+func windowShare(cli Client, i int, window time.Duration) float64 {
+	reads := func() []uint64 {
+		var out []uint64
+		for _, m := range cli.Stats().Members {
+			out = append(out, m.Reads())
+		}
+		return out
+	}
+	a := reads()
+	time.Sleep(window) // a measurement window, not synchronisation
+	b := reads()
+	total := 0.0
+	for k := range a {
+		total += float64(b[k] - a[k])
+	}
+	if total == 0 {
+		return 0
+	}
+	return float64(b[i]-a[i]) / total
+}
+
+func testDegraded(t *testing.T, h Harness) {
+	c := h.NewCluster(t, 3)
+	cli := connect(t, h, c.Endpoints(), router.Hybrid)
+	ctx := context.Background()
+	leader, _ := c.Leader(ctx)
+	waitLeaderKnown(t, cli, c, leader)
+	slow := (leader + 1) % 3 // the same-zone follower in the default topology
+	startLoad(t, cli, 4, 0.8, "degraded")
+	poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[slow].Reads() > 100 })
+
+	c.Degrade(slow, 8*time.Millisecond, 2*time.Millisecond)
+	degradedAt := time.Now()
+	took := poll(t, 5*time.Second, "degraded member's read share below 2%", func() bool {
+		return windowShare(cli, slow, 500*time.Millisecond) < 0.02
+	})
+	t.Logf("degraded member's read share fell below 2%% within %v", took)
+
+	before := servedAll(t, c)
+	time.Sleep(2 * time.Second) // a measurement window
+	d := delta(servedAll(t, c), before)
+	t.Logf("server side while degraded: %+v (since degrading: %v)", d, time.Since(degradedAt))
+	if s := shares(d, readsOf); s[slow] >= 0.02 {
+		t.Errorf("degraded member served %.2f%% of reads (server side), want < 2%%", 100*s[slow])
+	}
+	if s := shares(d, writesOf); s[leader] < 0.99 {
+		t.Errorf("writes moved off the leader: %+v", d)
+	}
+	if !cli.Stats().Members[slow].Ejected {
+		t.Errorf("router does not report m%d ejected", slow)
+	}
+
+	c.Degrade(slow, 0, 0)
+	took = poll(t, 10*time.Second, "recovered member rejoins", func() bool {
+		return !cli.Stats().Members[slow].Ejected && windowShare(cli, slow, 300*time.Millisecond) > 0.15
+	})
+	t.Logf("recovered member rejoined within %v", took)
+}
+
+func testAllSlow(t *testing.T, h Harness) {
+	c := h.NewCluster(t, 3)
+	cli := connect(t, h, c.Endpoints(), router.Hybrid)
+	for i := range 3 {
+		c.Degrade(i, 4*time.Millisecond, time.Millisecond)
+	}
+	l := startLoad(t, cli, 4, 0.8, "allslow")
+	deadline := time.Now().Add(4 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, m := range cli.Stats().Members {
+			if m.Ejected {
+				t.Fatalf("%s ejected although every member is equally slow: %+v", m.Member.ID, cli.Stats())
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // sampling the router's state, not synchronising
+	}
+	if l.ops.Load() < 100 {
+		t.Fatalf("only %d operations ran: the check saw no traffic", l.ops.Load())
+	}
+}
+
+// unusedEndpoint returns an address nothing listens on.
+func unusedEndpoint(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return "http://" + addr
+}
+
+func testBadInput(t *testing.T, h Harness) {
+	c := h.NewCluster(t, 3)
+	eps := c.Endpoints()
+	for _, tc := range []struct {
+		name      string
+		endpoints []string
+		policy    string
+		want      error
+	}{
+		{"empty endpoints", nil, router.Hybrid, router.ErrNoMembers},
+		{"duplicate endpoints", []string{eps[0], eps[1], eps[0]}, router.Hybrid, router.ErrDuplicateMember},
+		{"unknown policy", eps, "fastest", router.ErrUnknownPolicy},
+		{"unreachable endpoints", []string{unusedEndpoint(t), unusedEndpoint(t)}, router.Hybrid, router.ErrUnreachable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			cli, err := h.Connect(tc.endpoints, tc.policy)
+			if err == nil {
+				cli.Close()
+				t.Fatal("Connect succeeded")
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want errors.Is %v", err, tc.want)
+			}
+			if d := time.Since(start); d > ConnectTimeout+2*time.Second {
+				t.Fatalf("took %v to fail", d)
+			}
+		})
+	}
+
+	cli := connect(t, h, eps, router.Hybrid)
+	t.Run("cancelled context", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		start := time.Now()
+		err := cli.Put(ctx, "k", "v")
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Put on a cancelled context: %v, want context.Canceled", err)
+		}
+		if _, _, err := cli.Get(ctx, "k"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Get on a cancelled context: %v, want context.Canceled", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("took %v", d)
+		}
+	})
+	t.Run("expired deadline", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+		defer cancel()
+		<-ctx.Done()
+		if err := cli.Put(ctx, "k", "v"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Put past its deadline: %v, want context.DeadlineExceeded", err)
+		}
+	})
+	t.Run("use after close", func(t *testing.T) {
+		c2 := connect(t, h, eps, router.Hybrid)
+		if err := c2.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if err := c2.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := c2.Put(ctx, "k", "v")
+		if err == nil || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Put after Close: %v, want a prompt error", err)
+		}
+		if !strings.Contains(strings.ToLower(err.Error()), "clos") && !errors.Is(err, router.ErrClosed) {
+			t.Logf("Put after Close: %v (does not say closed)", err)
+		}
+	})
+}
