@@ -25,7 +25,7 @@ type Client struct {
 	*clientv3.Client
 	router  *router.Router
 	id      string
-	index   map[string]int                   // member ID → index, for probes
+	index   map[string]int                  // member ID → index, for probes
 	current atomic.Pointer[clientv3.Client] // for the prober, which starts before New returns
 	closed  atomic.Bool
 }
