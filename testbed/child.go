@@ -28,6 +28,8 @@ type memberSpec struct {
 	InitialCluster  string `json:"initial_cluster"`
 	ClusterState    string `json:"cluster_state"`
 	Token           string `json:"token"`
+	CertFile        string `json:"cert_file,omitempty"`
+	KeyFile         string `json:"key_file,omitempty"`
 }
 
 func init() {
@@ -62,6 +64,7 @@ func runMember(raw string) int {
 		fmt.Fprintln(os.Stderr, "testbed member: bad URL:", err)
 		return 2
 	}
+	cfg.ClientTLSInfo.CertFile, cfg.ClientTLSInfo.KeyFile = spec.CertFile, spec.KeyFile
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testbed member: start:", err)

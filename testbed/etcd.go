@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +37,9 @@ type EtcdOptions struct {
 	Dir string
 	// StartTimeout bounds start-up. Default is 90 s.
 	StartTimeout time.Duration
+	// ClientTLS serves clients over TLS with a certificate from a throw-away
+	// CA; ClientTLS() returns a configuration that trusts it.
+	ClientTLS bool
 }
 
 // EtcdCluster is a running test-bed etcd cluster.
@@ -45,6 +49,8 @@ type EtcdCluster struct {
 	ownDir  bool
 	token   string
 	bin     string
+	tls     *tlsFiles
+	http    *http.Client // for /metrics
 	members []*EtcdMember
 	idIndex atomic.Pointer[map[string]int] // hex member ID → index, for peer shaping
 
@@ -82,9 +88,22 @@ var (
 	ErrNotRunning = errors.New("testbed: member not running")
 )
 
+// errPortTaken: a member could not bind a port picked for it; another
+// process took it between the pick and the bind.
+var errPortTaken = errors.New("testbed: port taken")
+
 // StartEtcd starts a cluster and returns once every member serves and the
 // topology's leader holds leadership.
-func StartEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error) {
+func StartEtcd(ctx context.Context, opts EtcdOptions) (*EtcdCluster, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := startEtcd(ctx, opts)
+		if err == nil || !errors.Is(err, errPortTaken) || attempt == 3 {
+			return c, err
+		}
+	}
+}
+
+func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error) {
 	if opts.Topology.Zones == nil {
 		opts.Topology = DefaultTopology(3)
 	}
@@ -114,6 +133,14 @@ func StartEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 	if c.bin, err = memberBinary(ctx, c.dir); err != nil {
 		return nil, err
 	}
+	scheme := "http"
+	if opts.ClientTLS {
+		if c.tls, err = makeTLS(c.dir); err != nil {
+			return nil, err
+		}
+		scheme = "https"
+	}
+	c.http = &http.Client{Transport: &http.Transport{TLSClientConfig: c.ClientTLS()}, Timeout: 5 * time.Second}
 
 	var initial []string
 	for i, zone := range c.topo.Zones {
@@ -126,7 +153,7 @@ func StartEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 		m.spec = memberSpec{
 			Name:         m.Name,
 			Dir:          filepath.Join(c.dir, m.Name),
-			ListenClient: fmt.Sprintf("http://127.0.0.1:%d", clientPort),
+			ListenClient: fmt.Sprintf("%s://127.0.0.1:%d", scheme, clientPort),
 			ListenPeer:   fmt.Sprintf("http://127.0.0.1:%d", peerPort),
 			ClusterState: "new",
 			Token:        c.token,
@@ -144,7 +171,10 @@ func StartEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 		}); err != nil {
 			return nil, err
 		}
-		m.spec.AdvertiseClient = "http://" + m.clientProxy.Addr()
+		if c.tls != nil {
+			m.spec.CertFile, m.spec.KeyFile = c.tls.cert, c.tls.key
+		}
+		m.spec.AdvertiseClient = scheme + "://" + m.clientProxy.Addr()
 		m.spec.AdvertisePeer = "http://" + m.peerProxy.Addr()
 		initial = append(initial, m.Name+"="+m.spec.AdvertisePeer)
 	}
@@ -280,7 +310,15 @@ func (c *EtcdCluster) waitReady(ctx context.Context, m *EtcdMember) error {
 	case <-ready.(chan struct{}):
 		return nil
 	case <-p.exited:
-		return fmt.Errorf("testbed: %s exited during start-up; see %s", m.Name, filepath.Join(c.dir, m.Name+".log"))
+		log, _ := os.ReadFile(filepath.Join(c.dir, m.Name+".log"))
+		if len(log) > 2000 {
+			log = log[len(log)-2000:]
+		}
+		err := fmt.Errorf("testbed: %s exited during start-up: %s", m.Name, log)
+		if strings.Contains(string(log), "address already in use") {
+			err = fmt.Errorf("%w: %w", errPortTaken, err)
+		}
+		return err
 	case <-ctx.Done():
 		return fmt.Errorf("testbed: %s not ready: %w", m.Name, ctx.Err())
 	}
@@ -355,6 +393,10 @@ func (m *EtcdMember) ID() uint64 { return m.id.Load() }
 // Endpoint returns the member's shaped client URL.
 func (m *EtcdMember) Endpoint() string { return m.spec.AdvertiseClient }
 
+// ClientConnections returns how many connections clients have opened to
+// the member (through its client proxy) since it started.
+func (m *EtcdMember) ClientConnections() uint64 { return m.clientProxy.Accepted() }
+
 // PID returns the member's process ID, 0 when it is not running.
 func (m *EtcdMember) PID() int {
 	p := m.process()
@@ -383,6 +425,7 @@ func (c *EtcdCluster) admin(i int) (*clientv3.Client, error) {
 		Endpoints:   []string{c.members[i].spec.ListenClient},
 		DialTimeout: 2 * time.Second,
 		Logger:      zap.NewNop(),
+		TLS:         c.ClientTLS(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("testbed: admin client for m%d: %w", i, err)
@@ -585,6 +628,9 @@ func (c *EtcdCluster) Close() error {
 	c.mu.Unlock()
 	for _, cli := range admins {
 		cli.Close()
+	}
+	if c.http != nil {
+		c.http.CloseIdleConnections()
 	}
 	for _, m := range c.members {
 		if p := m.process(); p != nil {

@@ -18,7 +18,7 @@ func (c *EtcdCluster) GRPCCounts(ctx context.Context, i int) (map[string]uint64,
 	if err != nil {
 		return nil, fmt.Errorf("testbed: %w", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("testbed: metrics of m%d: %w", i, err)
 	}

@@ -25,6 +25,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -70,11 +71,16 @@ type Proxy struct {
 	cfg Config
 	ln  net.Listener
 
+	accepted atomic.Uint64
+
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	closed bool
 	wg     sync.WaitGroup
 }
+
+// Accepted returns how many connections the proxy has accepted.
+func (p *Proxy) Accepted() uint64 { return p.accepted.Load() }
 
 // ErrClosed is returned by operations on a closed Proxy.
 var ErrClosed = errors.New("proxy: closed")
@@ -151,6 +157,7 @@ func (p *Proxy) acceptLoop() {
 		if !p.track(c) {
 			return
 		}
+		p.accepted.Add(1)
 		p.wg.Go(func() { p.serve(c) })
 	}
 }

@@ -1,0 +1,355 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/oproute/oproute/backends/etcd"
+	"github.com/oproute/oproute/router"
+	"github.com/oproute/oproute/testbed"
+)
+
+func TestClassify(t *testing.T) {
+	for method, want := range map[string]router.Op{
+		"/etcdserverpb.KV/Put":                   router.Write,
+		"/etcdserverpb.KV/DeleteRange":           router.Write,
+		"/etcdserverpb.KV/Txn":                   router.Write,
+		"/etcdserverpb.KV/Compact":               router.Write,
+		"/etcdserverpb.KV/Range":                 router.LinearizableRead,
+		"/etcdserverpb.Watch/Watch":              router.Stream,
+		"/etcdserverpb.Lease/LeaseKeepAlive":     router.Stream,
+		"/etcdserverpb.Lease/LeaseGrant":         router.Write,
+		"/etcdserverpb.Lease/LeaseRevoke":        router.Write,
+		"/etcdserverpb.Lease/LeaseTimeToLive":    router.Write,
+		"/etcdserverpb.Cluster/MemberAdd":        router.Write,
+		"/etcdserverpb.Cluster/MemberList":       router.LinearizableRead,
+		"/etcdserverpb.Auth/UserAdd":             router.Write,
+		"/etcdserverpb.Auth/Authenticate":        router.Write,
+		"/etcdserverpb.Maintenance/MoveLeader":   router.Write,
+		"/etcdserverpb.Maintenance/Status":       router.StaleRead,
+		"/grpc.health.v1.Health/Check":           router.LinearizableRead,
+		"/etcdserverpb.Maintenance/AlarmUnknown": router.LinearizableRead,
+	} {
+		if got := etcd.Classify(method); got != want {
+			t.Errorf("Classify(%s) = %v, want %v", method, got, want)
+		}
+	}
+}
+
+func TestTxnIsReadOnly(t *testing.T) {
+	get := &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("k")}}}
+	put := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("k")}}}
+	del := &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte("k")}}}
+	nested := func(ops ...*pb.RequestOp) *pb.RequestOp {
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Success: ops}}}
+	}
+	for _, tc := range []struct {
+		name string
+		txn  *pb.TxnRequest
+		want bool
+	}{
+		{"empty", &pb.TxnRequest{}, true},
+		{"gets", &pb.TxnRequest{Success: []*pb.RequestOp{get}, Failure: []*pb.RequestOp{get}}, true},
+		{"put in success", &pb.TxnRequest{Success: []*pb.RequestOp{get, put}}, false},
+		{"delete in failure", &pb.TxnRequest{Success: []*pb.RequestOp{get}, Failure: []*pb.RequestOp{del}}, false},
+		{"nested read", &pb.TxnRequest{Success: []*pb.RequestOp{nested(get)}}, true},
+		{"nested write", &pb.TxnRequest{Failure: []*pb.RequestOp{nested(get, nested(put))}}, false},
+	} {
+		if got := etcd.TxnIsReadOnly(tc.txn); got != tc.want {
+			t.Errorf("%s: TxnIsReadOnly = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		eps  []string
+		opts []etcd.Option
+		want error
+	}{
+		{"no endpoints", nil, nil, etcd.ErrNoEndpoints},
+		{"no endpoints is router.ErrNoMembers", nil, nil, router.ErrNoMembers},
+		{"empty endpoint", []string{""}, nil, etcd.ErrInvalidEndpoint},
+		{"no port", []string{"http://127.0.0.1"}, nil, etcd.ErrInvalidEndpoint},
+		{"bad scheme", []string{"ftp://127.0.0.1:1"}, nil, etcd.ErrInvalidEndpoint},
+		{"same address twice", []string{"127.0.0.1:2379", "http://127.0.0.1:2379"}, nil, router.ErrDuplicateMember},
+		{"unknown policy", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithPolicy("fastest")}, router.ErrUnknownPolicy},
+		{"zero conns", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithConnsPerMember(0)}, router.ErrInvalidConfig},
+		{"nonsense ratio", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithRouterConfig(func(c *router.Config) { c.EjectRatio = -3 })}, router.ErrInvalidConfig},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cli, err := etcd.New(clientv3.Config{Endpoints: tc.eps, Logger: zap.NewNop()}, tc.opts...)
+			if err == nil {
+				cli.Close()
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func newClient(t *testing.T, c *testbed.EtcdCluster, opts ...etcd.Option) *etcd.Client {
+	t.Helper()
+	cli, err := etcd.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop(), DialTimeout: 5 * time.Second, TLS: c.ClientTLS()}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	// Ready: the leader is known and every member answered a probe, which
+	// needs a ready pooled connection to it.
+	ready := func() bool {
+		st := cli.Stats()
+		for _, m := range st.Members {
+			if !m.ProbeOK {
+				return false
+			}
+		}
+		return st.Leader != ""
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !ready() {
+		if time.Now().After(deadline) {
+			t.Fatalf("client not ready: %+v", cli.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return cli
+}
+
+// TestWholeAPIThroughRouter exercises every clientv3 API group through the
+// routed client, on a flat topology.
+func TestWholeAPIThroughRouter(t *testing.T) {
+	c := startCluster(t, testbed.FlatTopology(3))
+	cli := newClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// KV and Txn.
+	put, err := cli.Put(ctx, "api/a", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := cli.Get(ctx, "api/a"); err != nil || string(resp.Kvs[0].Value) != "1" {
+		t.Fatalf("Get: %v %v", resp, err)
+	}
+	if resp, err := cli.Get(ctx, "api/a", clientv3.WithSerializable()); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("serializable Get: %v %v", resp, err)
+	}
+	txn, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.Value("api/a"), "=", "1")).Then(clientv3.OpPut("api/b", "2")).Commit()
+	if err != nil || !txn.Succeeded {
+		t.Fatalf("Txn: %v %v", txn, err)
+	}
+	if _, err := cli.Delete(ctx, "api/b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(ctx, put.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+
+	// Watch: a stream, picked once.
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	wch := cli.Watch(wctx, "api/w")
+	// The watch is registered once its creation response arrives; the
+	// progress request makes that observable without sleeping.
+	if err := cli.RequestProgress(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "api/w", "x"); err != nil {
+		t.Fatal(err)
+	}
+	for ev := range wch {
+		if len(ev.Events) > 0 {
+			if string(ev.Events[0].Kv.Value) != "x" {
+				t.Fatalf("watch event %v", ev.Events[0])
+			}
+			break
+		}
+	}
+
+	// Lease: grant, keep alive (a stream), attach, revoke.
+	lease, err := cli.Grant(ctx, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ka, err := cli.KeepAlive(ctx, lease.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp := <-ka; resp == nil || resp.ID != lease.ID {
+		t.Fatalf("keep-alive: %v", resp)
+	}
+	if _, err := cli.Put(ctx, "api/leased", "v", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := cli.TimeToLive(ctx, lease.ID); err != nil || ttl.TTL <= 0 {
+		t.Fatalf("TimeToLive: %v %v", ttl, err)
+	}
+	if _, err := cli.Revoke(ctx, lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := cli.Get(ctx, "api/leased"); len(resp.Kvs) != 0 {
+		t.Fatal("revoking the lease did not delete its key")
+	}
+
+	// Cluster and Maintenance.
+	ml, err := cli.MemberList(ctx)
+	if err != nil || len(ml.Members) != 3 {
+		t.Fatalf("MemberList: %v %v", ml, err)
+	}
+	if st, err := cli.Status(ctx, c.Endpoints()[1]); err != nil || st.Header.MemberId != c.Member(1).ID() {
+		t.Fatalf("Status of m1: %v %v", st, err)
+	}
+	if _, err := cli.AlarmList(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// MoveLeader must reach the leader; stock round robin sends it to a
+	// follower two times in three and fails.
+	leader, _ := c.Leader(ctx)
+	to := (leader + 1) % 3
+	if _, err := cli.MoveLeader(ctx, c.Member(to).ID()); err != nil {
+		t.Fatalf("MoveLeader: %v", err)
+	}
+	if _, err := c.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Auth (every call goes through raft, so to the leader).
+	if _, err := cli.UserAdd(ctx, "alice", "secret"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.RoleAdd(ctx, "reader"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.UserGrantRole(ctx, "alice", "reader"); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := cli.UserGet(ctx, "alice"); err != nil || len(u.Roles) != 1 {
+		t.Fatalf("UserGet: %v %v", u, err)
+	}
+
+	st := cli.Stats()
+	var streams uint64
+	for _, m := range st.Members {
+		streams += m.Ops[router.Stream]
+	}
+	if streams < 2 {
+		t.Fatalf("watch and keep-alive streams not routed as streams: %+v", st)
+	}
+}
+
+func TestTLSReachesProbes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := testbed.StartEtcd(ctx, testbed.EtcdOptions{Topology: testbed.FlatTopology(3), ClientTLS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Probes answer only if the TLS configuration reached them.
+	cli := newClient(t, c)
+	if _, err := cli.Put(ctx, "tls", "v"); err != nil {
+		t.Fatal(err)
+	}
+	// newClient waited for every probe to answer: over TLS.
+	// Without the CA nothing answers, and New says so.
+	bad := c.ClientTLS()
+	bad.RootCAs = nil
+	if _, err := etcd.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop(), DialTimeout: time.Second, TLS: bad}); !errors.Is(err, router.ErrUnreachable) {
+		t.Fatalf("untrusted certificate: err = %v, want ErrUnreachable", err)
+	}
+}
+
+// TestProbesReuseConnections: probing every 250 ms opens no connection of
+// its own: the members see only the pool's connections, while their own
+// counts show the Status calls.
+func TestProbesReuseConnections(t *testing.T) {
+	c := startCluster(t, testbed.FlatTopology(3))
+	ctx := context.Background()
+	before := make([]uint64, 3)
+	for i := range before {
+		n, err := c.GRPCCounts(ctx, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[i] = n["etcdserverpb.Maintenance/Status"]
+	}
+	conns := make([]uint64, 3)
+	for i := range conns {
+		conns[i] = c.Member(i).ClientConnections()
+	}
+	newClient(t, c, etcd.WithConnsPerMember(2))
+	deadline := time.Now().Add(10 * time.Second)
+	for i := range 3 {
+		for {
+			n, err := c.GRPCCounts(ctx, i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n["etcdserverpb.Maintenance/Status"]-before[i] >= 12 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("m%d answered only %d probes", i, n["etcdserverpb.Maintenance/Status"]-before[i])
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if opened := c.Member(i).ClientConnections() - conns[i]; opened != 2 {
+			t.Errorf("m%d: the client opened %d connections for 12+ probes, want its pool of 2", i, opened)
+		}
+	}
+}
+
+func TestOverridesAndZonePreference(t *testing.T) {
+	c := startCluster(t, testbed.DefaultTopology(3))
+	eps := c.Endpoints()
+	zones := map[string]string{eps[0]: "a", eps[1]: "a", eps[2]: "b"}
+	cli := newClient(t, c, etcd.WithZones("a", zones))
+	ctx := context.Background()
+	count := func() [3]uint64 {
+		var out [3]uint64
+		for i := range out {
+			n, err := c.GRPCCounts(ctx, i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[i] = n["etcdserverpb.KV/Range"]
+		}
+		return out
+	}
+	leader, _ := c.Leader(ctx)
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		opts []clientv3.OpOption
+		want func(d [3]uint64) bool
+	}{
+		{"WithMember(m2)", etcd.WithMember(ctx, eps[2]), nil, func(d [3]uint64) bool { return d[2] == 60 }},
+		{"WithLeader", etcd.WithLeader(ctx), nil, func(d [3]uint64) bool { return d[leader] == 60 }},
+		{"serializable reads stay in zone a", ctx, []clientv3.OpOption{clientv3.WithSerializable()}, func(d [3]uint64) bool { return d[2] == 0 && d[0] == 30 && d[1] == 30 }},
+	} {
+		before := count()
+		for i := range 60 {
+			if _, err := cli.Get(tc.ctx, fmt.Sprint("z", i), tc.opts...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		after := count()
+		d := [3]uint64{after[0] - before[0], after[1] - before[1], after[2] - before[2]}
+		if !tc.want(d) {
+			t.Errorf("%s: Ranges served per member %v; router: %+v", tc.name, d, cli.Stats().Members)
+		}
+	}
+	if _, err := cli.Get(etcd.WithMember(ctx, "http://127.0.0.1:1"), "k"); err == nil {
+		t.Fatal("WithMember of an unknown endpoint succeeded")
+	}
+}
