@@ -139,9 +139,25 @@ func (b *lb) ExitIdle() {
 	}
 }
 
-type pickerBuilder struct{ entry *routerEntry }
+type pickerBuilder struct {
+	entry *routerEntry
+	ready int // members with a ready connection in the last picker
+}
 
 func (pb *pickerBuilder) Build(info base.PickerBuildInfo) balancer.Picker {
+	p := pb.build(info)
+	if rp, ok := p.(*picker); ok {
+		if len(rp.ready) > pb.ready {
+			// A member just became reachable: probe now rather than at
+			// the next tick, so that a new client learns the leader early.
+			pb.entry.r.Refresh()
+		}
+		pb.ready = len(rp.ready)
+	}
+	return p
+}
+
+func (pb *pickerBuilder) build(info base.PickerBuildInfo) balancer.Picker {
 	if len(info.ReadySCs) == 0 {
 		return base.NewErrPicker(balancer.ErrNoSubConnAvailable)
 	}

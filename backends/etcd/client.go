@@ -90,8 +90,9 @@ var clientSeq atomic.Uint64
 // default policy). It is a drop-in for clientv3.New(cfg).
 //
 // Like clientv3 3.7, New does not wait for connections, unless
-// cfg.DialTimeout is set: then it waits until a member answers a leader
-// probe and fails with ErrUnreachable if none does in time.
+// cfg.DialTimeout is set: then it waits until the leader is known (or every
+// member has answered a probe) and fails with ErrUnreachable if no member
+// answers in time.
 func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 	o := options{policy: router.Hybrid, connsPerMember: pool.DefaultSize}
 	for _, opt := range opts {
@@ -159,15 +160,26 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
+// waitReachable waits until the router knows the leader or every member has
+// answered a probe, so that routing is right from the first call; it fails
+// only if no member answers within timeout.
 func (c *Client) waitReachable(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		for _, m := range c.router.Stats().Members {
+		st := c.router.Stats()
+		answered := 0
+		for _, m := range st.Members {
 			if m.ProbeOK {
-				return nil
+				answered++
 			}
 		}
-		if time.Now().After(deadline) {
+		switch {
+		case st.Leader != "" || answered == len(st.Members):
+			return nil
+		case time.Now().After(deadline):
+			if answered > 0 {
+				return nil // usable; the leader may come later
+			}
 			return fmt.Errorf("%w within %v: %v", ErrUnreachable, timeout, c.Endpoints())
 		}
 		time.Sleep(5 * time.Millisecond)
