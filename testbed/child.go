@@ -1,35 +1,52 @@
 package testbed
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/oproute/oproute/testbed/proxy"
 )
 
 // memberEnv carries a memberSpec to a re-executed member process.
 const memberEnv = "OPROUTE_TESTBED_ETCD_MEMBER"
 
-// readyLine is printed by a member process once it serves clients.
-const readyLine = "oproute-testbed-member-ready"
+// Lines a member process prints on stdout.
+const (
+	readyLine = "oproute-testbed-member-ready"
+	ackLine   = "ok"
+)
 
 type memberSpec struct {
-	Name            string `json:"name"`
-	Dir             string `json:"dir"`
-	ListenClient    string `json:"listen_client"`
-	AdvertiseClient string `json:"advertise_client"`
-	ListenPeer      string `json:"listen_peer"`
-	AdvertisePeer   string `json:"advertise_peer"`
-	InitialCluster  string `json:"initial_cluster"`
-	ClusterState    string `json:"cluster_state"`
-	Token           string `json:"token"`
-	CertFile        string `json:"cert_file,omitempty"`
-	KeyFile         string `json:"key_file,omitempty"`
+	Index           int       `json:"index"`
+	Name            string    `json:"name"`
+	Dir             string    `json:"dir"`
+	ListenClient    string    `json:"listen_client"`
+	AdvertiseClient string    `json:"advertise_client"`
+	ListenPeer      string    `json:"listen_peer"`
+	AdvertisePeer   string    `json:"advertise_peer"`
+	InitialCluster  string    `json:"initial_cluster"`
+	ClusterState    string    `json:"cluster_state"`
+	Token           string    `json:"token"`
+	CertFile        string    `json:"cert_file,omitempty"`
+	KeyFile         string    `json:"key_file,omitempty"`
+	Net             *netState `json:"net"`
+}
+
+// control is one line the parent sends a member on stdin.
+type control struct {
+	// Net replaces the network state; the member answers ackLine.
+	Net *netState `json:"net,omitempty"`
+	// Query "accepted" asks how many client connections the member's
+	// client proxy has accepted; the member answers "accepted N".
+	Query string `json:"query,omitempty"`
 }
 
 func init() {
@@ -39,29 +56,63 @@ func init() {
 	}
 }
 
+func hostOf(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return ""
+	}
+	return u.Host
+}
+
 func runMember(raw string) int {
 	var spec memberSpec
-	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil || spec.Net == nil {
 		fmt.Fprintln(os.Stderr, "testbed member: bad spec:", err)
 		return 2
 	}
+	// The member's own proxies shape its links, in its process, as netem
+	// would on its host: the client's process carries none of it.
+	var net atomic.Pointer[netState]
+	net.Store(spec.Net)
+	clientProxy, err := proxy.Listen(portOf(spec.AdvertiseClient), proxy.Config{
+		Target: hostOf(spec.ListenClient),
+		Shape:  func(string, proxy.Direction) proxy.Link { return net.Load().clientLink(spec.Index) },
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testbed member: client proxy:", err)
+		return 1
+	}
+	defer clientProxy.Close()
+	peerProxy, err := proxy.Listen(portOf(spec.AdvertisePeer), proxy.Config{
+		Target:   hostOf(spec.ListenPeer),
+		Identify: proxy.HeaderKey("X-Server-From"),
+		Shape:    func(key string, _ proxy.Direction) proxy.Link { return net.Load().peerLink(spec.Index, key) },
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testbed member: peer proxy:", err)
+		return 1
+	}
+	defer peerProxy.Close()
+
 	cfg := embed.NewConfig()
 	cfg.Name, cfg.Dir = spec.Name, spec.Dir
 	cfg.Logger, cfg.LogLevel, cfg.LogOutputs = "zap", "error", []string{"stderr"}
 	cfg.UnsafeNoFsync = true
+	cfg.EnablePprof = os.Getenv("OPROUTE_TESTBED_PPROF") != "" // /debug/pprof on the client URL, for profiling runs
 	cfg.InitialCluster, cfg.ClusterState, cfg.InitialClusterToken = spec.InitialCluster, spec.ClusterState, spec.Token
-	var err error
+	var perr error
 	parse := func(s string) []url.URL {
-		u, perr := url.Parse(s)
-		if perr != nil && err == nil {
-			err = perr
+		u, err := url.Parse(s)
+		if err != nil {
+			perr = err
+			return nil
 		}
 		return []url.URL{*u}
 	}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = parse(spec.ListenClient), parse(spec.AdvertiseClient)
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = parse(spec.ListenPeer), parse(spec.AdvertisePeer)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "testbed member: bad URL:", err)
+	if perr != nil {
+		fmt.Fprintln(os.Stderr, "testbed member: bad URL:", perr)
 		return 2
 	}
 	cfg.ClientTLSInfo.CertFile, cfg.ClientTLSInfo.KeyFile = spec.CertFile, spec.KeyFile
@@ -73,12 +124,26 @@ func runMember(raw string) int {
 	<-e.Server.ReadyNotify()
 	fmt.Println(readyLine)
 
-	// Stop on SIGTERM (graceful: etcd hands leadership over first), on the
-	// parent closing our stdin (the parent died), or on a server error.
+	// Serve control lines; stdin closing means the parent died.
 	parentGone := make(chan struct{})
 	go func() {
-		io.Copy(io.Discard, os.Stdin)
-		close(parentGone)
+		defer close(parentGone)
+		sc := bufio.NewScanner(os.Stdin)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var c control
+			if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+				fmt.Fprintln(os.Stderr, "testbed member: bad control line:", err)
+				continue
+			}
+			switch {
+			case c.Net != nil:
+				net.Store(c.Net)
+				fmt.Println(ackLine)
+			case c.Query == "accepted":
+				fmt.Println("accepted", clientProxy.Accepted())
+			}
+		}
 	}()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
@@ -92,4 +157,14 @@ func runMember(raw string) int {
 	}
 	e.Close()
 	return 0
+}
+
+func portOf(rawURL string) int {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return 0
+	}
+	var port int
+	fmt.Sscanf(u.Port(), "%d", &port)
+	return port
 }

@@ -23,8 +23,6 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-
-	"github.com/oproute/oproute/testbed/proxy"
 )
 
 // EtcdOptions configures StartEtcd.
@@ -52,7 +50,9 @@ type EtcdCluster struct {
 	tls     *tlsFiles
 	http    *http.Client // for /metrics
 	members []*EtcdMember
-	idIndex atomic.Pointer[map[string]int] // hex member ID → index, for peer shaping
+
+	netMu sync.Mutex // serialises changes of net and their broadcast
+	net   *netState
 
 	mu     sync.Mutex
 	admins map[int]*clientv3.Client
@@ -65,21 +65,20 @@ type EtcdMember struct {
 	Name  string
 	Zone  string
 
-	id          atomic.Uint64
-	spec        memberSpec
-	clientProxy *proxy.Proxy
-	peerProxy   *proxy.Proxy
-	extraDelay  atomic.Int64
-	extraJitter atomic.Int64
-	blackholed  atomic.Bool
-	procMu      sync.Mutex
-	proc        *process
+	id     atomic.Uint64
+	spec   memberSpec
+	paused atomic.Bool
+	procMu sync.Mutex
+	proc   *process
+	askMu  sync.Mutex // one control question at a time
 }
 
 type process struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	exited chan struct{}
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	ready   chan struct{}
+	replies chan string // control answers, in order
+	exited  chan struct{}
 }
 
 // Sentinel errors.
@@ -117,8 +116,7 @@ func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 	defer cancel()
 
 	c := &EtcdCluster{topo: opts.Topology, dir: opts.Dir, token: fmt.Sprintf("oproute-%d", rand.Uint64()), admins: map[int]*clientv3.Client{}}
-	empty := map[string]int{}
-	c.idIndex.Store(&empty)
+	c.net = &netState{Topo: opts.Topology, Extra: make([]linkExtra, len(opts.Topology.Zones)), IDs: map[string]int{}}
 	if c.dir == "" {
 		if c.dir, err = os.MkdirTemp("", "oproute-etcd-"); err != nil {
 			return nil, fmt.Errorf("testbed: %w", err)
@@ -146,36 +144,26 @@ func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 	for i, zone := range c.topo.Zones {
 		m := &EtcdMember{Index: i, Name: fmt.Sprintf("m%d", i), Zone: zone}
 		c.members = append(c.members, m)
-		clientPort, peerPort, err := freePorts()
+		// The member listens on the first two ports; its own proxies, which
+		// clients and peers are told about, on the other two.
+		ports, err := freePorts(4)
 		if err != nil {
 			return nil, err
 		}
 		m.spec = memberSpec{
-			Name:         m.Name,
-			Dir:          filepath.Join(c.dir, m.Name),
-			ListenClient: fmt.Sprintf("%s://127.0.0.1:%d", scheme, clientPort),
-			ListenPeer:   fmt.Sprintf("http://127.0.0.1:%d", peerPort),
-			ClusterState: "new",
-			Token:        c.token,
-		}
-		if m.clientProxy, err = proxy.Listen(0, proxy.Config{
-			Target: fmt.Sprintf("127.0.0.1:%d", clientPort),
-			Shape:  c.clientShape(m),
-		}); err != nil {
-			return nil, err
-		}
-		if m.peerProxy, err = proxy.Listen(0, proxy.Config{
-			Target:   fmt.Sprintf("127.0.0.1:%d", peerPort),
-			Identify: proxy.HeaderKey("X-Server-From"),
-			Shape:    c.peerShape(m),
-		}); err != nil {
-			return nil, err
+			Index:           i,
+			Name:            m.Name,
+			Dir:             filepath.Join(c.dir, m.Name),
+			ListenClient:    fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[0]),
+			ListenPeer:      fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
+			AdvertiseClient: fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[2]),
+			AdvertisePeer:   fmt.Sprintf("http://127.0.0.1:%d", ports[3]),
+			ClusterState:    "new",
+			Token:           c.token,
 		}
 		if c.tls != nil {
 			m.spec.CertFile, m.spec.KeyFile = c.tls.cert, c.tls.key
 		}
-		m.spec.AdvertiseClient = scheme + "://" + m.clientProxy.Addr()
-		m.spec.AdvertisePeer = "http://" + m.peerProxy.Addr()
 		initial = append(initial, m.Name+"="+m.spec.AdvertisePeer)
 	}
 	for _, m := range c.members {
@@ -235,21 +223,24 @@ var memberBuild struct {
 	err  error
 }
 
-func freePorts() (int, int, error) {
-	var ports [2]int
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, n)
 	for i := range ports {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return 0, 0, fmt.Errorf("testbed: free port: %w", err)
+			return nil, fmt.Errorf("testbed: free port: %w", err)
 		}
 		defer ln.Close()
 		ports[i] = ln.Addr().(*net.TCPAddr).Port
 	}
-	return ports[0], ports[1], nil
+	return ports, nil
 }
 
 func (c *EtcdCluster) launch(m *EtcdMember) error {
+	c.netMu.Lock()
+	m.spec.Net = c.net.clone()
 	spec, _ := json.Marshal(m.spec)
+	c.netMu.Unlock()
 	cmd := exec.Command(c.bin)
 	cmd.Env = append(os.Environ(), memberEnv+"="+string(spec))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -272,17 +263,19 @@ func (c *EtcdCluster) launch(m *EtcdMember) error {
 		logf.Close()
 		return fmt.Errorf("testbed: start %s: %w", m.Name, err)
 	}
-	p := &process{cmd: cmd, stdin: stdin, exited: make(chan struct{})}
-	ready := make(chan struct{})
+	p := &process{cmd: cmd, stdin: stdin, ready: make(chan struct{}), replies: make(chan string, 16), exited: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if sc.Text() == readyLine {
-				close(ready)
-				break
+				close(p.ready)
+				continue
+			}
+			select {
+			case p.replies <- sc.Text():
+			default: // nobody asked; drop
 			}
 		}
-		io.Copy(io.Discard, stdout)
 	}()
 	go func() {
 		cmd.Wait()
@@ -292,22 +285,65 @@ func (c *EtcdCluster) launch(m *EtcdMember) error {
 	m.procMu.Lock()
 	m.proc = p
 	m.procMu.Unlock()
-	memberReady.Store(p, ready)
+	m.paused.Store(false)
 	return nil
 }
 
-// memberReady maps a *process to the channel closed when it prints readyLine.
-var memberReady sync.Map
+// ask sends one control line to a running member and waits for its answer.
+func (p *process) ask(msg control, timeout time.Duration) (string, error) {
+	line, _ := json.Marshal(msg)
+	if _, err := p.stdin.Write(append(line, '\n')); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrNotRunning, err)
+	}
+	select {
+	case r := <-p.replies:
+		return r, nil
+	case <-p.exited:
+		return "", ErrNotRunning
+	case <-time.After(timeout):
+		return "", fmt.Errorf("testbed: member did not answer %s within %v", line, timeout)
+	}
+}
+
+// setNet changes the network state and sends it to every running member,
+// returning once each unpaused one has applied it.
+func (c *EtcdCluster) setNet(change func(*netState)) {
+	c.netMu.Lock()
+	defer c.netMu.Unlock()
+	next := c.net.clone()
+	change(next)
+	c.net = next
+	for _, m := range c.members {
+		p := m.process()
+		if p == nil || m.PID() == 0 {
+			continue
+		}
+		m.askMu.Lock()
+		if m.paused.Load() {
+			// A frozen member applies it when it thaws; do not wait.
+			line, _ := json.Marshal(control{Net: next})
+			p.stdin.Write(append(line, '\n'))
+			go func() {
+				defer m.askMu.Unlock()
+				select {
+				case <-p.replies:
+				case <-p.exited:
+				}
+			}()
+			continue
+		}
+		p.ask(control{Net: next}, 5*time.Second)
+		m.askMu.Unlock()
+	}
+}
 
 func (c *EtcdCluster) waitReady(ctx context.Context, m *EtcdMember) error {
 	p := m.process()
 	if p == nil {
 		return ErrNotRunning
 	}
-	ready, _ := memberReady.Load(p)
-	defer memberReady.Delete(p)
 	select {
-	case <-ready.(chan struct{}):
+	case <-p.ready:
 		return nil
 	case <-p.exited:
 		log, _ := os.ReadFile(filepath.Join(c.dir, m.Name+".log"))
@@ -328,35 +364,6 @@ func (m *EtcdMember) process() *process {
 	m.procMu.Lock()
 	defer m.procMu.Unlock()
 	return m.proc
-}
-
-// clientShape shapes the link between the client and member m.
-func (c *EtcdCluster) clientShape(m *EtcdMember) func(string, proxy.Direction) proxy.Link {
-	return func(string, proxy.Direction) proxy.Link {
-		base := c.topo.oneWay(c.topo.ClientZone, m.Zone)
-		return proxy.Link{
-			Delay:     base + time.Duration(m.extraDelay.Load()),
-			Jitter:    time.Duration(c.topo.Jitter*float64(base)) + time.Duration(m.extraJitter.Load()),
-			Blackhole: m.blackholed.Load(),
-		}
-	}
-}
-
-// peerShape shapes the links into member m's peer listener; the sender is
-// known by its X-Server-From member ID once the IDs are learnt.
-func (c *EtcdCluster) peerShape(m *EtcdMember) func(string, proxy.Direction) proxy.Link {
-	return func(key string, _ proxy.Direction) proxy.Link {
-		base := c.topo.oneWay(m.Zone, m.Zone)
-		delay, jitter, hole := time.Duration(m.extraDelay.Load()), time.Duration(m.extraJitter.Load()), m.blackholed.Load()
-		if j, ok := (*c.idIndex.Load())[key]; ok {
-			o := c.members[j]
-			base = c.topo.oneWay(m.Zone, o.Zone)
-			delay += time.Duration(o.extraDelay.Load())
-			jitter += time.Duration(o.extraJitter.Load())
-			hole = hole || o.blackholed.Load()
-		}
-		return proxy.Link{Delay: base + delay, Jitter: time.Duration(c.topo.Jitter*float64(base)) + jitter, Blackhole: hole}
-	}
 }
 
 // Size returns the number of members.
@@ -394,8 +401,23 @@ func (m *EtcdMember) ID() uint64 { return m.id.Load() }
 func (m *EtcdMember) Endpoint() string { return m.spec.AdvertiseClient }
 
 // ClientConnections returns how many connections clients have opened to
-// the member (through its client proxy) since it started.
-func (m *EtcdMember) ClientConnections() uint64 { return m.clientProxy.Accepted() }
+// the member (through its client proxy) since its process started, 0 when
+// it is not running.
+func (m *EtcdMember) ClientConnections() uint64 {
+	p := m.process()
+	if p == nil || m.PID() == 0 {
+		return 0
+	}
+	m.askMu.Lock()
+	defer m.askMu.Unlock()
+	r, err := p.ask(control{Query: "accepted"}, 5*time.Second)
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	fmt.Sscanf(r, "accepted %d", &n)
+	return n
+}
 
 // PID returns the member's process ID, 0 when it is not running.
 func (m *EtcdMember) PID() int {
@@ -519,7 +541,7 @@ func (c *EtcdCluster) learnIDs(ctx context.Context) error {
 		m.id.Store(st.Header.MemberId)
 		idx[strconv.FormatUint(st.Header.MemberId, 16)] = i
 	}
-	c.idIndex.Store(&idx)
+	c.setNet(func(n *netState) { n.IDs = idx })
 	return nil
 }
 
@@ -550,18 +572,33 @@ func (c *EtcdCluster) MoveLeader(ctx context.Context, to int) error {
 // Degrade adds delay and jitter to every link of member i, both ways:
 // client and peer links, as netem on the member's host would. Zero removes it.
 func (c *EtcdCluster) Degrade(i int, delay, jitter time.Duration) {
-	c.members[i].extraDelay.Store(int64(delay))
-	c.members[i].extraJitter.Store(int64(jitter))
+	c.setNet(func(n *netState) { n.Extra[i].Delay, n.Extra[i].Jitter = delay, jitter })
 }
 
 // Blackhole drops every byte on member i's links while on.
-func (c *EtcdCluster) Blackhole(i int, on bool) { c.members[i].blackholed.Store(on) }
+func (c *EtcdCluster) Blackhole(i int, on bool) {
+	c.setNet(func(n *netState) { n.Extra[i].Blackhole = on })
+}
 
-// Pause freezes member i's process (SIGSTOP): TCP stays open, nothing answers.
-func (c *EtcdCluster) Pause(i int) error { return c.signal(i, syscall.SIGSTOP) }
+// Pause freezes member i's process (SIGSTOP), its proxies with it: TCP
+// connections stay open, nothing answers.
+func (c *EtcdCluster) Pause(i int) error {
+	c.members[i].paused.Store(true)
+	if err := c.signal(i, syscall.SIGSTOP); err != nil {
+		c.members[i].paused.Store(false)
+		return err
+	}
+	return nil
+}
 
 // Resume continues a paused member (SIGCONT).
-func (c *EtcdCluster) Resume(i int) error { return c.signal(i, syscall.SIGCONT) }
+func (c *EtcdCluster) Resume(i int) error {
+	if err := c.signal(i, syscall.SIGCONT); err != nil {
+		return err
+	}
+	c.members[i].paused.Store(false)
+	return nil
+}
 
 func (c *EtcdCluster) signal(i int, sig syscall.Signal) error {
 	pid := c.members[i].PID()
@@ -637,12 +674,6 @@ func (c *EtcdCluster) Close() error {
 			p.cmd.Process.Kill()
 			p.stdin.Close()
 			<-p.exited
-		}
-		if m.clientProxy != nil {
-			m.clientProxy.Close()
-		}
-		if m.peerProxy != nil {
-			m.peerProxy.Close()
 		}
 	}
 	if c.ownDir {

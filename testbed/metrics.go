@@ -14,22 +14,34 @@ import (
 // (grpc_server_handled_total summed over status codes). The counts are the
 // member's own because each member runs in its own process.
 func (c *EtcdCluster) GRPCCounts(ctx context.Context, i int) (map[string]uint64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.members[i].spec.ListenClient+"/metrics", nil)
+	n, err := FetchGRPCCounts(ctx, c.http, c.members[i].spec.ListenClient)
+	if err != nil {
+		return nil, fmt.Errorf("m%d: %w", i, err)
+	}
+	return n, nil
+}
+
+// FetchGRPCCounts reads an etcd member's /metrics at its client URL and
+// returns grpc_server_handled_total summed over status codes, by method
+// ("etcdserverpb.KV/Put"). It works for any etcd member whose client URL
+// serves /metrics (the default), test bed or not.
+func FetchGRPCCounts(ctx context.Context, hc *http.Client, clientURL string) (map[string]uint64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, clientURL+"/metrics", nil)
 	if err != nil {
 		return nil, fmt.Errorf("testbed: %w", err)
 	}
-	resp, err := c.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("testbed: metrics of m%d: %w", i, err)
+		return nil, fmt.Errorf("testbed: metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("testbed: metrics of m%d: %s", i, resp.Status)
+		return nil, fmt.Errorf("testbed: metrics: %s", resp.Status)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("testbed: parse metrics of m%d: %w", i, err)
+		return nil, fmt.Errorf("testbed: parse metrics: %w", err)
 	}
 	counts := map[string]uint64{}
 	fam := families["grpc_server_handled_total"]

@@ -204,8 +204,16 @@ func (p *Proxy) identify(c net.Conn) (string, []byte, error) {
 
 type chunk struct {
 	data []byte
-	due  int64 // CLOCK_MONOTONIC nanoseconds
+	buf  *[]byte // pooled backing array of data, nil if not pooled
+	due  int64   // CLOCK_MONOTONIC nanoseconds
 }
+
+// chunkSize is the most one read takes; buffers are pooled because a
+// fresh 32 KiB per read made the proxy spend a third of its time in the
+// allocator and the garbage collector.
+const chunkSize = 32 << 10
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, chunkSize); return &b }}
 
 // pipe copies src to dst, delaying each chunk by the link's shaping.
 func (p *Proxy) pipe(dst, src net.Conn, key string, dir Direction, first []byte) {
@@ -225,9 +233,12 @@ func (p *Proxy) pipe(dst, src net.Conn, key string, dir Direction, first []byte)
 	}()
 
 	var last int64
-	enqueue := func(b []byte) bool {
+	enqueue := func(b []byte, buf *[]byte) bool {
 		link := p.shape(key, dir)
 		if link.Blackhole {
+			if buf != nil {
+				buffers.Put(buf)
+			}
 			return true
 		}
 		now := monotonicNow()
@@ -238,20 +249,24 @@ func (p *Proxy) pipe(dst, src net.Conn, key string, dir Direction, first []byte)
 		due := max(now+int64(max(d, 0)), last)
 		last = due
 		select {
-		case queue <- chunk{data: b, due: due}:
+		case queue <- chunk{data: b, buf: buf, due: due}:
 			return true
 		case <-done:
 			return false
 		}
 	}
-	if len(first) > 0 && !enqueue(first) {
+	if len(first) > 0 && !enqueue(first, nil) {
 		return
 	}
 	for {
-		buf := make([]byte, 32<<10)
-		n, err := src.Read(buf)
-		if n > 0 && !enqueue(buf[:n]) {
-			return
+		buf := buffers.Get().(*[]byte)
+		n, err := src.Read(*buf)
+		if n > 0 {
+			if !enqueue((*buf)[:n], buf) {
+				return
+			}
+		} else {
+			buffers.Put(buf)
 		}
 		if err != nil {
 			return
@@ -275,8 +290,20 @@ func (p *Proxy) writeLoop(dst net.Conn, queue <-chan chunk) {
 		defer t.close()
 	}
 	failed := false
-	for c := range queue {
+	var next *chunk // taken from the queue but not yet due
+	batch := make([]chunk, 0, 64)
+	for {
+		var c chunk
+		if next != nil {
+			c, next = *next, nil
+		} else {
+			var ok bool
+			if c, ok = <-queue; !ok {
+				return
+			}
+		}
 		if failed {
+			release(c)
 			continue // drain so the reader never blocks
 		}
 		if wait := c.due - monotonicNow(); wait > 0 {
@@ -286,10 +313,43 @@ func (p *Proxy) writeLoop(dst net.Conn, queue <-chan chunk) {
 				time.Sleep(time.Duration(wait))
 			}
 		}
-		if _, err := dst.Write(c.data); err != nil {
+		// Send every chunk already due in one writev: small raft messages
+		// often fall due together, and each loopback write is costly.
+		batch = append(batch[:0], c)
+		now := monotonicNow()
+	collect:
+		for len(batch) < cap(batch) {
+			select {
+			case more, ok := <-queue:
+				if !ok {
+					break collect
+				}
+				if more.due > now {
+					next = &more
+					break collect
+				}
+				batch = append(batch, more)
+			default:
+				break collect
+			}
+		}
+		bufs := make(net.Buffers, len(batch))
+		for i, b := range batch {
+			bufs[i] = b.data
+		}
+		if _, err := bufs.WriteTo(dst); err != nil {
 			failed = true
 			dst.Close()
 		}
+		for _, b := range batch {
+			release(b)
+		}
+	}
+}
+
+func release(c chunk) {
+	if c.buf != nil {
+		buffers.Put(c.buf)
 	}
 }
 

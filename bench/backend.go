@@ -1,0 +1,76 @@
+package bench
+
+import (
+	"context"
+	"time"
+
+	"github.com/oproute/oproute/router"
+	"github.com/oproute/oproute/testbed"
+)
+
+// Comparator policies that are not router policies.
+const (
+	// Oracle sends writes over the test bed's knowledge of the true leader
+	// (no tracking at all) and reads like hybrid: the floor routing can reach.
+	Oracle = "oracle"
+	// StaticLeader caches the leader once at start and never refreshes it:
+	// the startup-only cache the paper's failover section warns against.
+	StaticLeader = "static_leader"
+)
+
+// Backend starts or attaches to clusters of one store.
+type Backend interface {
+	// Name is the --backend value ("etcd", "zk").
+	Name() string
+	// Start starts a cluster on the test bed.
+	Start(ctx context.Context, topo testbed.Topology) (Cluster, error)
+	// Attach uses an existing cluster; it has no fault knobs.
+	Attach(ctx context.Context, endpoints []string) (Cluster, error)
+}
+
+// Cluster is a cluster under test.
+type Cluster interface {
+	Size() int
+	Endpoints() []string
+	// Leader returns the index of the current leader as the servers say.
+	Leader(ctx context.Context) (int, error)
+	// Connect returns a client routed by policy (a router policy, Oracle or
+	// StaticLeader) with connsPerMember connections per member.
+	Connect(ctx context.Context, policy string, connsPerMember int) (Client, error)
+	// Served returns per-member server-side counts, nil if unavailable.
+	Served(ctx context.Context) ([]Served, error)
+	// ServerCPU returns the CPU time each member's process has used so
+	// far, nil if unknown.
+	ServerCPU() []time.Duration
+	// Faults returns the fault knobs, nil for an external cluster.
+	Faults() Faults
+	Close() error
+}
+
+// Faults are the test bed's knobs.
+type Faults interface {
+	Degrade(i int, delay, jitter time.Duration)
+	Kill(i int) error
+	Restart(ctx context.Context, i int) error
+	MoveLeader(ctx context.Context, to int) error
+	// Zones returns the zone of each member.
+	Zones() []string
+}
+
+// Served is what one member served, by its own count.
+type Served struct {
+	Writes uint64 `json:"writes"`
+	Reads  uint64 `json:"reads"`
+}
+
+// Client is a routed client doing the benchmark's operations.
+type Client interface {
+	// Write stores value under key.
+	Write(ctx context.Context, key string, value []byte) error
+	// Read is a linearizable read of key, or of the keys in [key, end)
+	// when end is not empty.
+	Read(ctx context.Context, key, end string) error
+	// Stats is the router's view.
+	Stats() router.Stats
+	Close() error
+}

@@ -1,0 +1,269 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/oproute/oproute/backends/etcd"
+	"github.com/oproute/oproute/router"
+	"github.com/oproute/oproute/testbed"
+)
+
+// Etcd is the etcd backend.
+type Etcd struct{}
+
+// Name implements Backend.
+func (Etcd) Name() string { return "etcd" }
+
+// Start implements Backend: a test-bed cluster.
+func (Etcd) Start(ctx context.Context, topo testbed.Topology) (Cluster, error) {
+	tb, err := testbed.StartEtcd(ctx, testbed.EtcdOptions{Topology: topo})
+	if err != nil {
+		return nil, err
+	}
+	return &etcdCluster{tb: tb, endpoints: tb.Endpoints(), zones: topo.Zones, clientZone: topo.ClientZone, http: &http.Client{Timeout: 5 * time.Second}}, nil
+}
+
+// Attach implements Backend: an existing cluster, no fault knobs.
+func (Etcd) Attach(ctx context.Context, endpoints []string) (Cluster, error) {
+	if len(endpoints) == 0 {
+		return nil, etcd.ErrNoEndpoints
+	}
+	c := &etcdCluster{endpoints: endpoints, http: &http.Client{Timeout: 5 * time.Second}}
+	if _, err := c.Leader(ctx); err != nil {
+		return nil, fmt.Errorf("bench: attach %v: %w", endpoints, err)
+	}
+	return c, nil
+}
+
+type etcdCluster struct {
+	tb         *testbed.EtcdCluster // nil when attached
+	endpoints  []string
+	zones      []string
+	clientZone string
+	http       *http.Client
+
+	statusMu  sync.Mutex
+	statusCli []*clientv3.Client // external: one plain client per endpoint
+}
+
+func (c *etcdCluster) Size() int           { return len(c.endpoints) }
+func (c *etcdCluster) Endpoints() []string { return c.endpoints }
+
+func (c *etcdCluster) Faults() Faults {
+	if c.tb == nil {
+		return nil
+	}
+	return etcdFaults{c.tb, c.zones}
+}
+
+func (c *etcdCluster) Leader(ctx context.Context) (int, error) {
+	if c.tb != nil {
+		return c.tb.Leader(ctx)
+	}
+	votes := map[uint64]int{}
+	ids := map[uint64]int{}
+	for i := range c.endpoints {
+		st, err := c.status(ctx, i)
+		if err != nil {
+			continue
+		}
+		ids[st.Header.MemberId] = i
+		if st.Leader != 0 {
+			votes[st.Leader]++
+		}
+	}
+	for id, n := range votes {
+		if i, ok := ids[id]; ok && n > len(c.endpoints)/2 {
+			return i, nil
+		}
+	}
+	return -1, testbed.ErrNoLeader
+}
+
+func (c *etcdCluster) status(ctx context.Context, i int) (*pb.StatusResponse, error) {
+	c.statusMu.Lock()
+	if c.statusCli == nil {
+		c.statusCli = make([]*clientv3.Client, len(c.endpoints))
+	}
+	cli := c.statusCli[i]
+	if cli == nil {
+		var err error
+		cli, err = clientv3.New(clientv3.Config{Endpoints: []string{c.endpoints[i]}, Logger: zap.NewNop()})
+		if err != nil {
+			c.statusMu.Unlock()
+			return nil, err
+		}
+		c.statusCli[i] = cli
+	}
+	c.statusMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return pb.NewMaintenanceClient(cli.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
+}
+
+func (c *etcdCluster) Served(ctx context.Context) ([]Served, error) {
+	out := make([]Served, len(c.endpoints))
+	for i, ep := range c.endpoints {
+		var n map[string]uint64
+		var err error
+		if c.tb != nil {
+			if c.tb.Member(i).PID() == 0 {
+				continue // killed: counts as zero
+			}
+			n, err = c.tb.GRPCCounts(ctx, i)
+		} else {
+			n, err = testbed.FetchGRPCCounts(ctx, c.http, ep)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[i] = Served{Writes: n["etcdserverpb.KV/Put"] + n["etcdserverpb.KV/DeleteRange"] + n["etcdserverpb.KV/Txn"], Reads: n["etcdserverpb.KV/Range"]}
+	}
+	return out, nil
+}
+
+func (c *etcdCluster) ServerCPU() []time.Duration {
+	if c.tb == nil {
+		return nil
+	}
+	out := make([]time.Duration, c.tb.Size())
+	for i := range out {
+		out[i] = c.tb.Member(i).CPUTime()
+	}
+	return out
+}
+
+func (c *etcdCluster) Close() error {
+	c.statusMu.Lock()
+	for _, cli := range c.statusCli {
+		if cli != nil {
+			cli.Close()
+		}
+	}
+	c.statusMu.Unlock()
+	c.http.CloseIdleConnections()
+	if c.tb != nil {
+		return c.tb.Close()
+	}
+	return nil
+}
+
+func (c *etcdCluster) Connect(ctx context.Context, policy string, conns int) (Client, error) {
+	routed := policy
+	if policy == Oracle || policy == StaticLeader {
+		routed = router.Hybrid
+	}
+	opts := []etcd.Option{etcd.WithPolicy(routed), etcd.WithConnsPerMember(conns)}
+	if c.clientZone != "" {
+		zones := map[string]string{}
+		for i, ep := range c.endpoints {
+			zones[ep] = c.zones[i]
+		}
+		opts = append(opts, etcd.WithZones(c.clientZone, zones))
+	}
+	cli, err := etcd.New(clientv3.Config{Endpoints: c.endpoints, Logger: zap.NewNop(), DialTimeout: 10 * time.Second}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	ec := &etcdClient{cli: cli}
+	switch policy {
+	case StaticLeader:
+		leader, err := c.Leader(ctx)
+		if err != nil {
+			cli.Close()
+			return nil, err
+		}
+		ec.pinned.Store(int64(leader))
+		ec.endpoints = c.endpoints
+	case Oracle:
+		if c.tb == nil {
+			cli.Close()
+			return nil, errors.New("bench: the oracle needs the test bed's view of the leader")
+		}
+		leader, err := c.Leader(ctx)
+		if err != nil {
+			cli.Close()
+			return nil, err
+		}
+		ec.pinned.Store(int64(leader))
+		ec.endpoints = c.endpoints
+		ec.stop = make(chan struct{})
+		ec.wg.Go(func() { ec.followLeader(c) })
+	}
+	return ec, nil
+}
+
+type etcdClient struct {
+	cli       *etcd.Client
+	endpoints []string     // set when writes are pinned
+	pinned    atomic.Int64 // index of the member writes go to
+	stop      chan struct{}
+	wg        sync.WaitGroup
+}
+
+// followLeader keeps the oracle's pin on the leader as the servers report it.
+func (c *etcdClient) followLeader(cl *etcdCluster) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			if l, err := cl.Leader(ctx); err == nil {
+				c.pinned.Store(int64(l))
+			}
+			cancel()
+		}
+	}
+}
+
+func (c *etcdClient) Write(ctx context.Context, key string, value []byte) error {
+	if c.endpoints != nil {
+		ctx = etcd.WithMember(ctx, c.endpoints[c.pinned.Load()])
+	}
+	_, err := c.cli.Put(ctx, key, string(value))
+	return err
+}
+
+func (c *etcdClient) Read(ctx context.Context, key, end string) error {
+	var err error
+	if end == "" {
+		_, err = c.cli.Get(ctx, key)
+	} else {
+		_, err = c.cli.Get(ctx, key, clientv3.WithRange(end))
+	}
+	return err
+}
+
+func (c *etcdClient) Stats() router.Stats { return c.cli.Stats() }
+
+func (c *etcdClient) Close() error {
+	if c.stop != nil {
+		close(c.stop)
+		c.wg.Wait()
+	}
+	return c.cli.Close()
+}
+
+type etcdFaults struct {
+	tb    *testbed.EtcdCluster
+	zones []string
+}
+
+func (f etcdFaults) Degrade(i int, delay, jitter time.Duration)   { f.tb.Degrade(i, delay, jitter) }
+func (f etcdFaults) Kill(i int) error                             { return f.tb.Kill(i) }
+func (f etcdFaults) Restart(ctx context.Context, i int) error     { return f.tb.Restart(ctx, i) }
+func (f etcdFaults) MoveLeader(ctx context.Context, to int) error { return f.tb.MoveLeader(ctx, to) }
+func (f etcdFaults) Zones() []string                              { return f.zones }

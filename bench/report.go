@@ -1,0 +1,93 @@
+package bench
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Markdown renders every comparison, one table each.
+func Markdown(comps []*Comparison) string {
+	var b strings.Builder
+	for i, c := range comps {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString(c.Markdown())
+	}
+	return b.String()
+}
+
+// Results flattens the comparisons into their trial records.
+func Results(comps []*Comparison) []Result {
+	var out []Result
+	for _, c := range comps {
+		for _, p := range c.Policies {
+			out = append(out, c.Trials[p]...)
+		}
+	}
+	return out
+}
+
+// WriteFiles writes tables.md, results.json, results.csv and the figures
+// into dir, creating it.
+func WriteFiles(dir string, comps []*Comparison, header string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tables.md"), []byte(header+"\n"+Markdown(comps)), 0o644); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	results := Results(comps)
+	js, err := json.MarshalIndent(results, "", "  ")
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(js, '\n'), 0o644); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if err := writeCSV(filepath.Join(dir, "results.csv"), results); err != nil {
+		return err
+	}
+	return WriteFigures(dir, comps)
+}
+
+func writeCSV(path string, results []Result) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	w := csv.NewWriter(f)
+	w.Write([]string{"scenario", "variant", "backend", "policy", "trial", "workers",
+		"read_p50_ms", "read_p90_ms", "read_p99_ms", "read_p999_ms",
+		"write_p50_ms", "write_p90_ms", "write_p99_ms", "write_p999_ms",
+		"throughput_ops", "reads", "writes", "errors", "reads_by_member", "writes_by_member",
+		"server_reads_by_member", "server_writes_by_member", "client_cpu_cores", "server_cpu_cores", "leader_changed", "extra"})
+	f64 := func(x float64) string { return strconv.FormatFloat(x, 'f', 4, 64) }
+	list := func(xs []uint64) string {
+		parts := make([]string, len(xs))
+		for i, x := range xs {
+			parts[i] = strconv.FormatUint(x, 10)
+		}
+		return strings.Join(parts, ";")
+	}
+	for _, r := range results {
+		extra, _ := json.Marshal(r.Extra)
+		w.Write([]string{r.Scenario, r.Variant, r.Backend, r.Policy, strconv.Itoa(r.Trial), strconv.Itoa(r.Workers),
+			f64(r.ReadP50ms), f64(r.ReadP90ms), f64(r.ReadP99ms), f64(r.ReadP999ms),
+			f64(r.WriteP50ms), f64(r.WriteP90ms), f64(r.WriteP99ms), f64(r.WriteP999ms),
+			f64(r.ThroughputOps), strconv.FormatInt(r.Reads, 10), strconv.FormatInt(r.Writes, 10), strconv.FormatInt(r.Errors, 10),
+			list(r.ReadsByMember), list(r.WritesByMember), list(r.ServerReadsByMember), list(r.ServerWritesByMember),
+			f64(r.ClientCPU), f64(r.ServerCPU), strconv.FormatBool(r.LeaderChanged), string(extra)})
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return fmt.Errorf("bench: %w", err)
+	}
+	return f.Close()
+}

@@ -1,0 +1,275 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Result is one trial of one policy: the record written to results.json.
+type Result struct {
+	Scenario string `json:"scenario"`
+	Variant  string `json:"variant"`
+	Backend  string `json:"backend"`
+	Policy   string `json:"policy"`
+	Trial    int    `json:"trial"`
+	Workers  int    `json:"workers"`
+
+	ReadP50ms   float64 `json:"read_p50_ms"`
+	ReadP90ms   float64 `json:"read_p90_ms"`
+	ReadP99ms   float64 `json:"read_p99_ms"`
+	ReadP999ms  float64 `json:"read_p999_ms"`
+	WriteP50ms  float64 `json:"write_p50_ms"`
+	WriteP90ms  float64 `json:"write_p90_ms"`
+	WriteP99ms  float64 `json:"write_p99_ms"`
+	WriteP999ms float64 `json:"write_p999_ms"`
+
+	ThroughputOps float64 `json:"throughput_ops"`
+	Reads         int64   `json:"reads"`
+	Writes        int64   `json:"writes"`
+	Errors        int64   `json:"errors"`
+
+	// Router side: operations the client sent to each member.
+	ReadsByMember  []uint64 `json:"reads_by_member"`
+	WritesByMember []uint64 `json:"writes_by_member"`
+	// Server side: what each member counted itself (nil if unavailable).
+	ServerReadsByMember  []uint64 `json:"server_reads_by_member,omitempty"`
+	ServerWritesByMember []uint64 `json:"server_writes_by_member,omitempty"`
+
+	// CPU seconds per second of measurement: the client process (with the
+	// test bed's proxies) and all member processes together.
+	ClientCPU float64 `json:"client_cpu_cores"`
+	ServerCPU float64 `json:"server_cpu_cores,omitempty"`
+
+	// LeaderChanged is set when the servers' leader moved during the trial:
+	// such a trial is not a steady-state measurement.
+	LeaderChanged bool `json:"leader_changed,omitempty"`
+
+	// Extra holds scenario-specific numbers (failover timings, the slow
+	// member's share of reads, …).
+	Extra map[string]float64 `json:"extra,omitempty"`
+}
+
+// errorPause is how long a worker waits after a failed operation.
+const errorPause = 10 * time.Millisecond
+
+// writeEvent is one completed write, for timelines.
+type writeEvent struct {
+	at    time.Time // completion
+	start time.Time
+	ok    bool
+}
+
+// trialSpec is what runTrial needs beyond the workload.
+type trialSpec struct {
+	workload Workload
+	trial    int
+	// timeline records every write's outcome (failover).
+	timeline bool
+	// during runs once the measurement window opens (fault injection).
+	during func(ctx context.Context, windowStart time.Time)
+	// opTimeout bounds one operation. Default 5 s.
+	opTimeout time.Duration
+}
+
+type trialOutput struct {
+	res    Result
+	events []writeEvent
+}
+
+type workerLog struct {
+	reads, writes []time.Duration
+	errors        int64
+	events        []writeEvent
+}
+
+// runTrial drives cli for warm-up + duration and measures the window after
+// the warm-up.
+func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (trialOutput, error) {
+	w := spec.workload
+	if spec.opTimeout == 0 {
+		spec.opTimeout = 5 * time.Second
+	}
+	leaderBefore, _ := cl.Leader(ctx)
+	start := time.Now()
+	windowStart := start.Add(w.Warmup)
+	end := windowStart.Add(w.Duration)
+	runCtx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
+
+	value := make([]byte, w.ValueSize)
+	for i := range value {
+		value[i] = 'a' + byte(i%26)
+	}
+	logs := make([]workerLog, w.Workers)
+	var wg sync.WaitGroup
+	for wk := range w.Workers {
+		wg.Go(func() {
+			rnd := rand.New(rand.NewPCG(w.Seed, uint64(spec.trial)<<32|uint64(wk)))
+			lg := &logs[wk]
+			for runCtx.Err() == nil {
+				k := rnd.IntN(w.Keys - w.RangeSize + 1)
+				isRead := rnd.Float64() < w.ReadRatio
+				opCtx, opCancel := context.WithTimeout(runCtx, spec.opTimeout)
+				t0 := time.Now()
+				var err error
+				if isRead {
+					end := ""
+					if w.RangeSize > 1 {
+						end = key(k + w.RangeSize)
+					}
+					err = cli.Read(opCtx, key(k), end)
+				} else {
+					err = cli.Write(opCtx, key(k), value)
+				}
+				t1 := time.Now()
+				opCancel()
+				if runCtx.Err() != nil && err != nil {
+					break // cut off by the end of the trial, not a failure
+				}
+				if spec.timeline && !isRead && !t1.Before(windowStart) {
+					lg.events = append(lg.events, writeEvent{at: t1, start: t0, ok: err == nil})
+				}
+				if err != nil {
+					// Pace after a failure: retrying an instant refusal at once
+					// would only measure how fast the client can fail.
+					select {
+					case <-time.After(errorPause):
+					case <-runCtx.Done():
+					}
+				}
+				if t0.Before(windowStart) {
+					continue
+				}
+				switch {
+				case err != nil:
+					lg.errors++
+				case isRead:
+					lg.reads = append(lg.reads, t1.Sub(t0))
+				default:
+					lg.writes = append(lg.writes, t1.Sub(t0))
+				}
+			}
+		})
+	}
+
+	// Open the window: snapshot counters.
+	select {
+	case <-time.After(time.Until(windowStart)):
+	case <-ctx.Done():
+	}
+	statsBefore := cli.Stats()
+	servedBefore, _ := cl.Served(ctx)
+	cpuBefore, srvBefore := processCPU(), sum(cl.ServerCPU())
+	var faultWG sync.WaitGroup
+	if spec.during != nil {
+		faultWG.Go(func() { spec.during(runCtx, windowStart) })
+	}
+	wg.Wait()
+	faultWG.Wait()
+	elapsed := time.Since(windowStart)
+	if ctx.Err() != nil {
+		return trialOutput{}, ctx.Err()
+	}
+	statsAfter := cli.Stats()
+	servedAfter, _ := cl.Served(ctx)
+	cpuAfter, srvAfter := processCPU(), sum(cl.ServerCPU())
+	leaderAfter, _ := cl.Leader(ctx)
+
+	var reads, writes []time.Duration
+	var out trialOutput
+	r := &out.res
+	for _, lg := range logs {
+		reads = append(reads, lg.reads...)
+		writes = append(writes, lg.writes...)
+		r.Errors += lg.errors
+		out.events = append(out.events, lg.events...)
+	}
+	slices.SortFunc(out.events, func(a, b writeEvent) int { return a.at.Compare(b.at) })
+	slices.Sort(reads)
+	slices.Sort(writes)
+	r.Workers = w.Workers
+	r.Reads, r.Writes = int64(len(reads)), int64(len(writes))
+	r.ThroughputOps = float64(len(reads)+len(writes)) / elapsed.Seconds()
+	r.ReadP50ms, r.ReadP90ms, r.ReadP99ms, r.ReadP999ms = ms(percentile(reads, 50)), ms(percentile(reads, 90)), ms(percentile(reads, 99)), ms(percentile(reads, 99.9))
+	r.WriteP50ms, r.WriteP90ms, r.WriteP99ms, r.WriteP999ms = ms(percentile(writes, 50)), ms(percentile(writes, 90)), ms(percentile(writes, 99)), ms(percentile(writes, 99.9))
+	for i := range statsAfter.Members {
+		a, b := statsAfter.Members[i], statsBefore.Members[i]
+		r.ReadsByMember = append(r.ReadsByMember, a.Reads()-b.Reads())
+		r.WritesByMember = append(r.WritesByMember, a.Ops[0]-b.Ops[0])
+	}
+	if servedBefore != nil && servedAfter != nil {
+		for i := range servedAfter {
+			r.ServerReadsByMember = append(r.ServerReadsByMember, servedAfter[i].Reads-servedBefore[i].Reads)
+			r.ServerWritesByMember = append(r.ServerWritesByMember, servedAfter[i].Writes-servedBefore[i].Writes)
+		}
+	}
+	r.ClientCPU = (cpuAfter - cpuBefore).Seconds() / elapsed.Seconds()
+	r.ServerCPU = (srvAfter - srvBefore).Seconds() / elapsed.Seconds()
+	r.LeaderChanged = leaderBefore != leaderAfter || statsAfter.LeaderChanges != statsBefore.LeaderChanges
+	return out, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// percentile returns the p-th percentile of sorted samples by the
+// nearest-rank method (exact: every sample is kept), 0 when empty.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(p/100*float64(len(sorted))+0.999999999) - 1
+	return sorted[min(max(rank, 0), len(sorted)-1)]
+}
+
+func sum(ds []time.Duration) time.Duration {
+	var s time.Duration
+	for _, d := range ds {
+		s += d
+	}
+	return s
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// preload writes every key of the key space once, so reads find values of
+// the workload's size.
+func preload(ctx context.Context, cli Client, w Workload) error {
+	value := make([]byte, w.ValueSize)
+	var next atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for range min(16, w.Keys) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= w.Keys || ctx.Err() != nil {
+					return
+				}
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				err := cli.Write(wctx, key(i), value)
+				cancel()
+				if err != nil {
+					firstErr.CompareAndSwap(nil, fmt.Errorf("bench: preload %s: %w", key(i), err))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return err
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,374 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oproute/oproute/router"
+	"github.com/oproute/oproute/testbed"
+)
+
+// Options configures a Runner.
+type Options struct {
+	Backend Backend
+	// Workload is the base workload; scenarios vary some of its fields
+	// unless the user set them (Set).
+	Workload Workload
+	// Set names the workload flags the user gave explicitly ("read-ratio",
+	// "workers", "value-size", "range-size", "trials", "duration"); a
+	// scenario's variants never override them.
+	Set map[string]bool
+	// Trials per policy. Default 3 (failover: 1 unless set).
+	Trials int
+	// Policies replaces every scenario's policy list when set; the first is
+	// the baseline.
+	Policies []string
+	// Nodes is the cluster size for scenarios without a fixed size. Default 3.
+	Nodes int
+	// Topology replaces the default topology (its zones set the size).
+	Topology *testbed.Topology
+	// Endpoints attaches to an existing cluster instead of the test bed.
+	Endpoints []string
+	// Progress is told about every run; nil shows nothing.
+	Progress Progress
+	// Logf prints remarks; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// Progress follows a run of scenarios.
+type Progress interface {
+	// Plan announces the number of runs and their total length.
+	Plan(runs int, total time.Duration)
+	// Start says a run begins: what it is and how long it will measure.
+	Start(label string, length time.Duration)
+	// Finish says the run ended.
+	Finish()
+}
+
+// Runner runs scenarios, reusing one cluster per size.
+type Runner struct {
+	opts     Options
+	clusters map[int]Cluster
+}
+
+// NewRunner checks opts and returns a runner. Close it to stop its clusters.
+func NewRunner(opts Options) (*Runner, error) {
+	if opts.Backend == nil {
+		return nil, errors.New("bench: no backend")
+	}
+	if err := opts.Workload.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Trials == 0 {
+		opts.Trials = 3
+	}
+	if opts.Trials < 1 || opts.Trials > 100 {
+		return nil, fmt.Errorf("%w: %d trials, want 1..100", ErrBadWorkload, opts.Trials)
+	}
+	if opts.Nodes == 0 {
+		opts.Nodes = 3
+	}
+	if opts.Nodes < 1 || opts.Nodes > 9 {
+		return nil, fmt.Errorf("%w: %d nodes, want 1..9", ErrBadWorkload, opts.Nodes)
+	}
+	for _, p := range opts.Policies {
+		if !slices.Contains(append(router.Policies(), Oracle, StaticLeader), p) {
+			return nil, fmt.Errorf("%w: %q", router.ErrUnknownPolicy, p)
+		}
+	}
+	if opts.Set == nil {
+		opts.Set = map[string]bool{}
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	return &Runner{opts: opts, clusters: map[int]Cluster{}}, nil
+}
+
+// Close stops the clusters the runner started.
+func (r *Runner) Close() error {
+	var errs []error
+	for _, c := range r.clusters {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+type plannedScenario struct {
+	def      scenarioDef
+	nodes    int
+	policies []string
+	baseline string
+	variants []variant
+	trials   int
+	workload Workload
+}
+
+// plan resolves a scenario against the options.
+func (r *Runner) plan(name string) (plannedScenario, error) {
+	def := scenarioDefs()[name]
+	ps := plannedScenario{def: def, nodes: r.opts.Nodes, policies: def.policies, baseline: def.baseline, variants: def.variants, trials: r.opts.Trials, workload: r.opts.Workload}
+	if def.fixedNodes {
+		ps.nodes = def.nodes
+	}
+	if r.opts.Topology != nil {
+		ps.nodes = len(r.opts.Topology.Zones)
+	}
+	if len(r.opts.Endpoints) > 0 {
+		ps.nodes = len(r.opts.Endpoints)
+		if def.faults {
+			return ps, fmt.Errorf("scenario %s: %w", name, ErrNeedsTestbed)
+		}
+	}
+	if len(r.opts.Policies) > 0 {
+		ps.policies, ps.baseline = r.opts.Policies, r.opts.Policies[0]
+	}
+	if len(r.opts.Endpoints) > 0 && slices.Contains(ps.policies, Oracle) {
+		r.opts.Logf("scenario %s: dropping %s, which needs the test bed", name, Oracle)
+		ps.policies = slices.DeleteFunc(slices.Clone(ps.policies), func(p string) bool { return p == Oracle })
+	}
+	// Flags the user set win over the scenario's variants.
+	var kept []variant
+	for _, v := range ps.variants {
+		overridden := false
+		for _, f := range v.fields {
+			overridden = overridden || r.opts.Set[f]
+		}
+		if !overridden {
+			kept = append(kept, v)
+		}
+	}
+	if len(kept) == 0 {
+		kept = []variant{{label: "as given", apply: func(*Workload) {}}}
+	}
+	ps.variants = kept
+	if def.failover {
+		if !r.opts.Set["trials"] {
+			ps.trials = 1 // representative runs, as in the paper
+		}
+		if !r.opts.Set["duration"] {
+			ps.workload.Duration = 90 * time.Second
+		}
+	}
+	return ps, nil
+}
+
+// Run runs the named scenarios (ScenarioAll expands) and returns one
+// Comparison per scenario variant.
+func (r *Runner) Run(ctx context.Context, names ...string) ([]*Comparison, error) {
+	names, err := expand(names)
+	if err != nil {
+		return nil, err
+	}
+	var plans []plannedScenario
+	runs, total := 0, time.Duration(0)
+	for _, n := range names {
+		ps, err := r.plan(n)
+		if err != nil {
+			return nil, err
+		}
+		plans = append(plans, ps)
+		k := len(ps.variants) * ps.trials * len(ps.policies)
+		runs += k
+		total += time.Duration(k) * (ps.workload.Warmup + ps.workload.Duration)
+	}
+	if r.opts.Progress != nil {
+		r.opts.Progress.Plan(runs, total)
+	}
+	var out []*Comparison
+	for _, ps := range plans {
+		comps, err := r.runScenario(ctx, ps)
+		out = append(out, comps...)
+		if err != nil {
+			return out, fmt.Errorf("scenario %s: %w", ps.def.name, err)
+		}
+	}
+	return out, nil
+}
+
+func (r *Runner) cluster(ctx context.Context, nodes int) (Cluster, error) {
+	if c := r.clusters[nodes]; c != nil {
+		return c, nil
+	}
+	var c Cluster
+	var err error
+	if len(r.opts.Endpoints) > 0 {
+		c, err = r.opts.Backend.Attach(ctx, r.opts.Endpoints)
+	} else {
+		topo := testbed.DefaultTopology(nodes)
+		if r.opts.Topology != nil {
+			topo = *r.opts.Topology
+		}
+		r.opts.Logf("starting a %d-member %s cluster on the test bed (zones %v)", nodes, r.opts.Backend.Name(), topo.Zones)
+		c, err = r.opts.Backend.Start(ctx, topo)
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.clusters[nodes] = c
+	return c, nil
+}
+
+func (r *Runner) topologyLeader() int {
+	if r.opts.Topology != nil {
+		return r.opts.Topology.Leader
+	}
+	return 0
+}
+
+// settle moves leadership back to the topology's leader (trials must start
+// from the same state) and restarts members a failover killed.
+func (r *Runner) settle(ctx context.Context, cl Cluster) error {
+	f := cl.Faults()
+	if f == nil || r.topologyLeader() < 0 {
+		return nil
+	}
+	return f.MoveLeader(ctx, r.topologyLeader())
+}
+
+func (r *Runner) runScenario(ctx context.Context, ps plannedScenario) ([]*Comparison, error) {
+	cl, err := r.cluster(ctx, ps.nodes)
+	if err != nil {
+		return nil, err
+	}
+	if ps.def.prepare != nil {
+		if err := ps.def.prepare(ctx, cl); err != nil {
+			return nil, err
+		}
+	}
+	if ps.def.cleanup != nil {
+		defer ps.def.cleanup(context.WithoutCancel(ctx), cl)
+	}
+	var comps []*Comparison
+	for _, v := range ps.variants {
+		w := ps.workload
+		v.apply(&w)
+		if err := w.Validate(); err != nil {
+			return comps, err
+		}
+		comp := &Comparison{Scenario: ps.def.name, Variant: v.label, Section: ps.def.section, Baseline: ps.baseline,
+			Policies: ps.policies, Metrics: ps.def.metrics(ps.nodes), Trials: map[string][]Result{}, Notes: ps.def.notes}
+		comps = append(comps, comp)
+		if err := r.runVariant(ctx, cl, ps, w, comp); err != nil {
+			return comps, err
+		}
+	}
+	return comps, nil
+}
+
+func (r *Runner) runVariant(ctx context.Context, cl Cluster, ps plannedScenario, w Workload, comp *Comparison) error {
+	if err := r.settle(ctx, cl); err != nil {
+		return err
+	}
+	// Preload the key space once per variant with the variant's value size.
+	loader, err := cl.Connect(ctx, router.Hybrid, w.ConnsPerMember)
+	if err != nil {
+		return err
+	}
+	err = preload(ctx, loader, w)
+	loader.Close()
+	if err != nil {
+		return err
+	}
+	changed := 0
+	for trial := range ps.trials {
+		// Rotate the order so that no policy always runs first.
+		order := slices.Clone(ps.policies)
+		k := trial % len(order)
+		order = append(order[k:], order[:k]...)
+		for _, policy := range order {
+			res, err := r.runOne(ctx, cl, ps, w, policy, trial)
+			if err != nil {
+				return fmt.Errorf("%s %s trial %d: %w", comp.Variant, policy, trial+1, err)
+			}
+			if res.LeaderChanged && !ps.def.failover {
+				changed++
+			}
+			comp.Trials[policy] = append(comp.Trials[policy], res)
+		}
+	}
+	if changed > 0 {
+		comp.Notes = append(comp.Notes, fmt.Sprintf("The leader changed during %d trial(s), which are not steady-state.", changed))
+	}
+	return nil
+}
+
+func (r *Runner) runOne(ctx context.Context, cl Cluster, ps plannedScenario, w Workload, policy string, trial int) (Result, error) {
+	if err := r.settle(ctx, cl); err != nil {
+		return Result{}, err
+	}
+	label := fmt.Sprintf("%s · %s · trial %d/%d", ps.def.name, policy, trial+1, ps.trials)
+	if len(ps.variants) > 1 {
+		label = fmt.Sprintf("%s · %s · %s · trial %d/%d", ps.def.name, w.variantLabel(ps), policy, trial+1, ps.trials)
+	}
+	cli, err := cl.Connect(ctx, policy, w.ConnsPerMember)
+	if err != nil {
+		return Result{}, err
+	}
+	defer cli.Close()
+	spec := trialSpec{workload: w, trial: trial}
+	var kill, newLeader time.Time
+	killed := -1
+	if ps.def.failover {
+		spec.timeline = true
+		spec.during = func(runCtx context.Context, windowStart time.Time) {
+			select {
+			case <-time.After(time.Until(windowStart.Add(w.Duration / 3))):
+			case <-runCtx.Done():
+				return
+			}
+			leader, err := cl.Leader(runCtx)
+			if err != nil {
+				return
+			}
+			kill = time.Now()
+			if cl.Faults().Kill(leader) != nil {
+				return
+			}
+			killed = leader
+			for runCtx.Err() == nil {
+				if l, err := cl.Leader(runCtx); err == nil && l != leader {
+					newLeader = time.Now()
+					return
+				}
+				time.Sleep(10 * time.Millisecond) // polling the servers' view
+			}
+		}
+	}
+	if r.opts.Progress != nil {
+		r.opts.Progress.Start(label, w.Warmup+w.Duration)
+		defer r.opts.Progress.Finish()
+	}
+	out, err := runTrial(ctx, cl, cli, spec)
+	ended := time.Now()
+	if killed >= 0 {
+		if rerr := cl.Faults().Restart(context.WithoutCancel(ctx), killed); rerr != nil && err == nil {
+			err = rerr
+		}
+		if !kill.IsZero() {
+			out.res.Extra = failoverTimes(out.events, kill, newLeader, ended)
+		}
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	res := out.res
+	res.Scenario, res.Backend, res.Policy, res.Trial = ps.def.name, r.opts.Backend.Name(), policy, trial+1
+	res.Variant = w.variantLabel(ps)
+	return res, nil
+}
+
+func (w Workload) variantLabel(ps plannedScenario) string {
+	for _, v := range ps.variants {
+		probe := ps.workload
+		v.apply(&probe)
+		if probe == w {
+			return v.label
+		}
+	}
+	return strings.TrimSpace(fmt.Sprintf("%.0f/%.0f", 100*w.ReadRatio, 100*(1-w.ReadRatio)))
+}

@@ -1,0 +1,129 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/oproute/oproute/router"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestFailoverTimes(t *testing.T) {
+	base := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+	kill, newLeader, end := at(1000), at(2500), at(6000)
+	events := []writeEvent{
+		{start: at(900), at: at(950), ok: true},    // last success before the kill
+		{start: at(990), at: at(1200), ok: false},  // in flight at the kill
+		{start: at(1300), at: at(2600), ok: true},  // blocked through the election
+		{start: at(2600), at: at(2900), ok: true},  // first write started after the new leader
+		{start: at(2950), at: at(3000), ok: false}, // a late error
+		{start: at(3000), at: at(3100), ok: true},
+	}
+	got := failoverTimes(events, kill, newLeader, end)
+	want := map[string]float64{"election_s": 1.5, "recovery_s": 0.4, "write_gap_s": 2.9, "inflight_errors": 2}
+	for k, v := range want {
+		if math.Abs(got[k]-v) > 1e-9 {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	noLeader := failoverTimes(events, kill, time.Time{}, end)
+	if !math.IsNaN(noLeader["election_s"]) || !math.IsNaN(noLeader["recovery_s"]) {
+		t.Errorf("without a new leader: %v", noLeader)
+	}
+}
+
+func TestRunnerRejectsNonsense(t *testing.T) {
+	for name, opts := range map[string]Options{
+		"no backend":     {Workload: DefaultWorkload()},
+		"bad workload":   {Backend: Etcd{}, Workload: Workload{}},
+		"trials":         {Backend: Etcd{}, Workload: DefaultWorkload(), Trials: -1},
+		"nodes":          {Backend: Etcd{}, Workload: DefaultWorkload(), Nodes: 12},
+		"unknown policy": {Backend: Etcd{}, Workload: DefaultWorkload(), Policies: []string{"fastest"}},
+	} {
+		if _, err := NewRunner(opts); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	r, err := NewRunner(Options{Backend: Etcd{}, Workload: DefaultWorkload()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.Run(context.Background(), "nope"); !errors.Is(err, ErrUnknownScenario) {
+		t.Fatalf("unknown scenario: %v", err)
+	}
+	ext, _ := NewRunner(Options{Backend: Etcd{}, Workload: DefaultWorkload(), Endpoints: []string{"http://127.0.0.1:1"}})
+	defer ext.Close()
+	if _, err := ext.Run(context.Background(), ScenarioDegraded); !errors.Is(err, ErrNeedsTestbed) {
+		t.Fatalf("degraded on an external cluster: %v", err)
+	}
+}
+
+// TestQuickRunEndToEnd runs a short quick scenario on a real test-bed
+// cluster and checks the records and files it produces.
+func TestQuickRunEndToEnd(t *testing.T) {
+	w := DefaultWorkload()
+	w.Duration, w.Warmup, w.Workers, w.Keys = 1500*time.Millisecond, 300*time.Millisecond, 4, 100
+	r, err := NewRunner(Options{Backend: Etcd{}, Workload: w, Trials: 2, Policies: []string{router.RoundRobin, router.Hybrid}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	comps, err := r.Run(ctx, ScenarioQuick)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(comps) != 1 || len(comps[0].Trials[router.Hybrid]) != 2 || len(comps[0].Trials[router.RoundRobin]) != 2 {
+		t.Fatalf("comparisons: %+v", comps)
+	}
+	for _, res := range Results(comps) {
+		if res.Reads == 0 || res.Writes == 0 || res.ThroughputOps <= 0 || res.ReadP50ms <= 0 || res.WriteP99ms < res.WriteP50ms {
+			t.Errorf("implausible record: %+v", res)
+		}
+		if len(res.ServerWritesByMember) != 3 || len(res.ReadsByMember) != 3 {
+			t.Errorf("per-member counts missing: %+v", res)
+		}
+		if res.Policy == router.Hybrid && res.ServerWritesByMember[0] < res.ServerWritesByMember[1]+res.ServerWritesByMember[2] {
+			t.Errorf("hybrid writes not on the leader (server side): %v", res.ServerWritesByMember)
+		}
+	}
+	dir := t.TempDir()
+	if err := WriteFiles(dir, comps, "header"); err != nil {
+		t.Fatal(err)
+	}
+	var records []map[string]any
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &records); err != nil || len(records) != 4 {
+		t.Fatalf("results.json: %d records, %v", len(records), err)
+	}
+	for _, field := range []string{"scenario", "backend", "policy", "trial", "read_p50_ms", "read_p99_ms", "write_p50_ms", "write_p99_ms", "throughput_ops", "errors", "reads_by_member", "writes_by_member"} {
+		if _, ok := records[0][field]; !ok {
+			t.Errorf("results.json lacks %q", field)
+		}
+	}
+	csv, _ := os.ReadFile(filepath.Join(dir, "results.csv"))
+	if lines := strings.Count(string(csv), "\n"); lines != 5 {
+		t.Errorf("results.csv has %d lines, want header + 4", lines)
+	}
+	for _, f := range []string{"tables.md", "fig_quick.png"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}

@@ -1,0 +1,251 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oproute/oproute/router"
+)
+
+// Scenario names.
+const (
+	ScenarioQuick     = "quick"
+	ScenarioHealthy   = "healthy"
+	ScenarioDegraded  = "degraded"
+	ScenarioFiveNode  = "five-node"
+	ScenarioLoadSweep = "load-sweep"
+	ScenarioReadSize  = "read-size"
+	ScenarioFailover  = "failover"
+	ScenarioAll       = "all"
+)
+
+// Scenarios lists the scenario names in the order "all" runs them.
+func Scenarios() []string {
+	return []string{ScenarioHealthy, ScenarioDegraded, ScenarioFiveNode, ScenarioLoadSweep, ScenarioReadSize, ScenarioFailover}
+}
+
+// ErrUnknownScenario is returned for a name not in Scenarios().
+var ErrUnknownScenario = errors.New("bench: unknown scenario")
+
+// ErrNeedsTestbed is returned when a scenario needs fault injection or the
+// test bed's knowledge and the cluster is external.
+var ErrNeedsTestbed = errors.New("bench: needs the test bed (not available with --endpoints)")
+
+type variant struct {
+	label  string
+	fields []string // workload fields it sets, by flag name
+	apply  func(*Workload)
+}
+
+type scenarioDef struct {
+	name, section, desc string
+	nodes               int // 0: the runner's default (3)
+	fixedNodes          bool
+	policies            []string
+	baseline            string
+	variants            []variant
+	metrics             func(nodes int) []Metric
+	// faults marks scenarios that need the test bed.
+	faults bool
+	// prepare and cleanup bracket the scenario's trials.
+	prepare, cleanup func(ctx context.Context, cl Cluster) error
+	// failover marks the leader-kill scenario.
+	failover bool
+	notes    []string
+}
+
+func mix(ratio float64) variant {
+	return variant{fmt.Sprintf("%.0f/%.0f", 100*ratio, 100*(1-ratio)), []string{"read-ratio"}, func(w *Workload) { w.ReadRatio = ratio }}
+}
+
+func standardMetrics(leader int) func(int) []Metric {
+	return func(int) []Metric {
+		return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberWriteShare(leader), ClientCPU, ServerCPU}
+	}
+}
+
+// degradedMember is the same-zone follower of the default topology.
+const degradedMember = 1
+
+func scenarioDefs() map[string]scenarioDef {
+	defs := []scenarioDef{
+		{
+			name: ScenarioQuick, section: "IV-C", desc: "healthy 3-node cluster, 80/20: round_robin vs hybrid (and boltzmann)",
+			policies: []string{router.RoundRobin, router.Hybrid, router.Boltzmann}, baseline: router.RoundRobin,
+			variants: []variant{mix(0.8)}, metrics: standardMetrics(0),
+		},
+		{
+			name: ScenarioHealthy, section: "IV-C, Table II", desc: "healthy 3-node cluster, 80/20 and 50/50, with the oracle floor",
+			policies: []string{router.RoundRobin, router.Hybrid, router.Boltzmann, Oracle}, baseline: router.RoundRobin,
+			variants: []variant{mix(0.8), mix(0.5)}, metrics: standardMetrics(0),
+		},
+		{
+			name: ScenarioDegraded, section: "IV-G, Table III", desc: "+8 ms ± 2 ms on every link of the same-zone follower m1",
+			policies: []string{router.RoundRobin, router.Hybrid, router.Boltzmann}, baseline: router.RoundRobin,
+			variants: []variant{mix(0.8)}, faults: true,
+			metrics: func(int) []Metric {
+				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), MemberWriteShare(0), ClientCPU, ServerCPU}
+			},
+			prepare: func(_ context.Context, cl Cluster) error {
+				cl.Faults().Degrade(degradedMember, 8*time.Millisecond, 2*time.Millisecond)
+				return nil
+			},
+			cleanup: func(_ context.Context, cl Cluster) error {
+				cl.Faults().Degrade(degradedMember, 0, 0)
+				return nil
+			},
+		},
+		{
+			name: ScenarioFiveNode, section: "IV-H, Table IV", desc: "5 members in 3 zones, 80/20",
+			nodes: 5, fixedNodes: true,
+			policies: []string{router.RoundRobin, router.Hybrid}, baseline: router.RoundRobin,
+			variants: []variant{mix(0.8)}, metrics: standardMetrics(0),
+		},
+		{
+			name: ScenarioLoadSweep, section: "IV-I, Figure 6", desc: "5 members, 80/20, 128/256/512 workers",
+			nodes: 5, fixedNodes: true,
+			policies: []string{router.RoundRobin, router.Hybrid}, baseline: router.RoundRobin,
+			variants: []variant{workers(128), workers(256), workers(512)}, metrics: standardMetrics(0),
+			notes: []string{"Two cores host the client, the proxies and five members: these worker counts saturate them, so the sweep shows behaviour under overload."},
+		},
+		{
+			name: ScenarioReadSize, section: "IV-E, Figure 4", desc: "100% reads: leader_only vs distributed (hybrid) over value and range sizes",
+			policies: []string{router.LeaderOnly, router.Hybrid}, baseline: router.LeaderOnly,
+			variants: append(valueSizes(256, 1024, 4096, 16384, 65536), ranges(10, 100, 500)...),
+			metrics: func(int) []Metric {
+				return []Metric{ReadP50, ReadP99, Throughput, Errors, MemberReadShare(0), ClientCPU, ServerCPU}
+			},
+		},
+		{
+			name: ScenarioFailover, section: "IV-F", desc: "the leader is killed (SIGKILL) a third into the run",
+			policies: []string{router.RoundRobin, router.Hybrid, StaticLeader}, baseline: router.RoundRobin,
+			variants: []variant{mix(0.8)}, faults: true, failover: true,
+			metrics: func(int) []Metric {
+				return []Metric{
+					ExtraMetric("Election (s, kill → new leader)", "election_s", 2),
+					ExtraMetric("Recovery (s, new leader → writes succeed)", "recovery_s", 2),
+					ExtraMetric("Longest write gap (s)", "write_gap_s", 2),
+					ExtraMetric("Write errors after the kill", "inflight_errors", 0),
+					WriteP50, WriteP99, Throughput, Errors,
+				}
+			},
+		},
+	}
+	out := map[string]scenarioDef{}
+	for _, d := range defs {
+		out[d.name] = d
+	}
+	return out
+}
+
+func workers(n int) variant {
+	return variant{fmt.Sprintf("%d workers", n), []string{"workers"}, func(w *Workload) { w.Workers = n }}
+}
+
+func valueSizes(sizes ...int) []variant {
+	var vs []variant
+	for _, s := range sizes {
+		vs = append(vs, variant{"value " + byteSize(s), []string{"value-size", "range-size", "read-ratio"}, func(w *Workload) {
+			w.ValueSize, w.RangeSize, w.ReadRatio = s, 1, 1
+		}})
+	}
+	return vs
+}
+
+func ranges(keys ...int) []variant {
+	var vs []variant
+	for _, k := range keys {
+		vs = append(vs, variant{fmt.Sprintf("range %d keys (~%s)", k, byteSize(k*256)), []string{"value-size", "range-size", "read-ratio"}, func(w *Workload) {
+			w.ValueSize, w.RangeSize, w.ReadRatio = 256, k, 1
+		}})
+	}
+	return vs
+}
+
+func byteSize(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1024:
+		if n%1024 == 0 {
+			return fmt.Sprintf("%d KiB", n>>10)
+		}
+		return fmt.Sprintf("%.0f KiB", float64(n)/1024)
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// failoverTimes derives the failover numbers from a write timeline.
+func failoverTimes(events []writeEvent, kill, newLeader time.Time, endOfRun time.Time) map[string]float64 {
+	extra := map[string]float64{"election_s": math.NaN(), "recovery_s": math.NaN()}
+	if !newLeader.IsZero() {
+		extra["election_s"] = newLeader.Sub(kill).Seconds()
+		for _, e := range events {
+			if e.ok && !e.start.Before(newLeader) {
+				extra["recovery_s"] = e.at.Sub(newLeader).Seconds()
+				break
+			}
+		}
+	}
+	var last time.Time
+	gap := 0.0
+	errs := 0
+	for _, e := range events {
+		if e.at.Before(kill) {
+			if e.ok {
+				last = e.at
+			}
+			continue
+		}
+		if !e.ok {
+			errs++
+			continue
+		}
+		if !last.IsZero() {
+			gap = max(gap, e.at.Sub(last).Seconds())
+		}
+		last = e.at
+	}
+	if !last.IsZero() {
+		gap = max(gap, endOfRun.Sub(last).Seconds())
+	}
+	extra["write_gap_s"] = gap
+	extra["inflight_errors"] = float64(errs)
+	return extra
+}
+
+// Describe lists the scenarios for --help.
+func Describe() string {
+	defs := scenarioDefs()
+	var b strings.Builder
+	for _, n := range append([]string{ScenarioQuick}, Scenarios()...) {
+		d := defs[n]
+		fmt.Fprintf(&b, "  %-11s %s (paper %s)\n", n, d.desc, d.section)
+	}
+	fmt.Fprintf(&b, "  %-11s every scenario above but quick\n", ScenarioAll)
+	return b.String()
+}
+
+func expand(names []string) ([]string, error) {
+	defs := scenarioDefs()
+	var out []string
+	for _, n := range names {
+		if n == ScenarioAll {
+			out = append(out, Scenarios()...)
+			continue
+		}
+		if _, ok := defs[n]; !ok {
+			return nil, fmt.Errorf("%w: %q (want %s, %s or %s)", ErrUnknownScenario, n, ScenarioQuick, strings.Join(Scenarios(), ", "), ScenarioAll)
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+

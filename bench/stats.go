@@ -1,0 +1,208 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Summary is the mean and sample standard deviation of one metric over trials.
+type Summary struct {
+	Mean float64 `json:"mean"`
+	SD   float64 `json:"sd"`
+	N    int     `json:"n"`
+}
+
+// Summarize returns the mean and sample standard deviation of xs (NaNs are
+// skipped).
+func Summarize(xs []float64) Summary {
+	var s Summary
+	sum := 0.0
+	for _, x := range xs {
+		if !math.IsNaN(x) {
+			sum += x
+			s.N++
+		}
+	}
+	if s.N == 0 {
+		return Summary{Mean: math.NaN(), SD: math.NaN()}
+	}
+	s.Mean = sum / float64(s.N)
+	if s.N > 1 {
+		ss := 0.0
+		for _, x := range xs {
+			if !math.IsNaN(x) {
+				ss += (x - s.Mean) * (x - s.Mean)
+			}
+		}
+		s.SD = math.Sqrt(ss / float64(s.N-1))
+	}
+	return s
+}
+
+// Format prints "mean ± sd" with the given decimals ("mean" alone for one trial).
+func (s Summary) Format(decimals int) string {
+	if math.IsNaN(s.Mean) {
+		return "–"
+	}
+	if s.N < 2 {
+		return fmt.Sprintf("%.*f", decimals, s.Mean)
+	}
+	return fmt.Sprintf("%.*f ± %.*f", decimals, s.Mean, decimals, s.SD)
+}
+
+// Metric is one row of a comparison table.
+type Metric struct {
+	Name     string
+	Decimals int
+	Get      func(Result) float64
+}
+
+// Standard metrics.
+var (
+	ReadP50    = Metric{"Read P50 (ms)", 2, func(r Result) float64 { return r.ReadP50ms }}
+	ReadP99    = Metric{"Read P99 (ms)", 2, func(r Result) float64 { return r.ReadP99ms }}
+	WriteP50   = Metric{"Write P50 (ms)", 2, func(r Result) float64 { return r.WriteP50ms }}
+	WriteP99   = Metric{"Write P99 (ms)", 2, func(r Result) float64 { return r.WriteP99ms }}
+	Throughput = Metric{"Tput (ops/s)", 0, func(r Result) float64 { return r.ThroughputOps }}
+	Errors     = Metric{"Errors", 0, func(r Result) float64 { return float64(r.Errors) }}
+	ClientCPU  = Metric{"Client CPU (cores)", 2, func(r Result) float64 { return r.ClientCPU }}
+	ServerCPU  = Metric{"Server CPU (cores)", 2, func(r Result) float64 { return r.ServerCPU }}
+)
+
+// MemberReadShare is the share of reads (percent, server side when known)
+// served by member i.
+func MemberReadShare(i int) Metric {
+	return Metric{fmt.Sprintf("Reads to m%d (%%)", i), 2, func(r Result) float64 {
+		by := r.ServerReadsByMember
+		if by == nil {
+			by = r.ReadsByMember
+		}
+		return share(by, i)
+	}}
+}
+
+// MemberWriteShare is the share of writes (percent, server side when known)
+// sent to member i.
+func MemberWriteShare(i int) Metric {
+	return Metric{fmt.Sprintf("Writes to m%d (%%)", i), 1, func(r Result) float64 {
+		by := r.ServerWritesByMember
+		if by == nil {
+			by = r.WritesByMember
+		}
+		return share(by, i)
+	}}
+}
+
+func share(by []uint64, i int) float64 {
+	total := 0.0
+	for _, n := range by {
+		total += float64(n)
+	}
+	if total == 0 || i >= len(by) {
+		return math.NaN()
+	}
+	return 100 * float64(by[i]) / total
+}
+
+// ExtraMetric reads Result.Extra[name].
+func ExtraMetric(label, name string, decimals int) Metric {
+	return Metric{label, decimals, func(r Result) float64 {
+		if v, ok := r.Extra[name]; ok {
+			return v
+		}
+		return math.NaN()
+	}}
+}
+
+// Comparison is the trials of several policies on one scenario variant.
+type Comparison struct {
+	Scenario string
+	Variant  string
+	Section  string // the paper's section
+	Baseline string
+	Policies []string
+	Metrics  []Metric
+	// Trials[policy][k] is the k-th trial of policy; trials with the same
+	// k ran back to back and are compared pairwise.
+	Trials map[string][]Result
+	// Notes are printed under the table.
+	Notes []string
+}
+
+// Summary returns policy's metric over its trials.
+func (c *Comparison) Summary(policy string, m Metric) Summary {
+	var xs []float64
+	for _, r := range c.Trials[policy] {
+		xs = append(xs, m.Get(r))
+	}
+	return Summarize(xs)
+}
+
+// Ratio returns policy/baseline for m, paired trial by trial.
+func (c *Comparison) Ratio(policy string, m Metric) Summary {
+	var xs []float64
+	a, b := c.Trials[policy], c.Trials[c.Baseline]
+	for k := range min(len(a), len(b)) {
+		if den := m.Get(b[k]); den != 0 && !math.IsNaN(den) {
+			xs = append(xs, m.Get(a[k])/den)
+		}
+	}
+	return Summarize(xs)
+}
+
+// Markdown renders the comparison as the paper's tables do: one row per
+// metric, mean ± sd per policy, and each policy's ratio to the baseline
+// (paired by trial, mean ± sd) with the % change of the mean ratio.
+func (c *Comparison) Markdown() string {
+	var b strings.Builder
+	title := c.Scenario
+	if c.Variant != "" {
+		title += " · " + c.Variant
+	}
+	fmt.Fprintf(&b, "#### %s", title)
+	if c.Section != "" {
+		fmt.Fprintf(&b, " (paper %s)", c.Section)
+	}
+	b.WriteString("\n\n| Metric |")
+	others := []string{}
+	for _, p := range c.Policies {
+		fmt.Fprintf(&b, " %s |", p)
+		if p != c.Baseline {
+			others = append(others, p)
+		}
+	}
+	for _, p := range others {
+		fmt.Fprintf(&b, " %s / %s |", p, c.Baseline)
+	}
+	b.WriteString("\n|---|")
+	for range len(c.Policies) + len(others) {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, m := range c.Metrics {
+		fmt.Fprintf(&b, "| %s |", m.Name)
+		for _, p := range c.Policies {
+			fmt.Fprintf(&b, " %s |", c.Summary(p, m).Format(m.Decimals))
+		}
+		for _, p := range others {
+			r := c.Ratio(p, m)
+			if math.IsNaN(r.Mean) {
+				b.WriteString(" – |")
+				continue
+			}
+			fmt.Fprintf(&b, " %s (%+.1f%%) |", r.Format(3), 100*(r.Mean-1))
+		}
+		b.WriteString("\n")
+	}
+	n := 0
+	for _, p := range c.Policies {
+		n = max(n, len(c.Trials[p]))
+	}
+	fmt.Fprintf(&b, "\n%d trial(s) per policy, interleaved.", n)
+	for _, note := range c.Notes {
+		b.WriteString(" " + note)
+	}
+	b.WriteString("\n")
+	return b.String()
+}

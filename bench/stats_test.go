@@ -1,0 +1,107 @@
+package bench
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSummarize(t *testing.T) {
+	s := Summarize([]float64{2, 4, 4, 4, 5, 5, 7, 9})
+	if s.Mean != 5 || math.Abs(s.SD-2.138) > 0.001 || s.N != 8 {
+		t.Fatalf("Summarize = %+v, want mean 5, sample sd 2.138", s)
+	}
+	if s := Summarize([]float64{3, math.NaN()}); s.N != 1 || s.Mean != 3 || s.SD != 0 {
+		t.Fatalf("NaN not skipped: %+v", s)
+	}
+	if s := Summarize(nil); !math.IsNaN(s.Mean) || s.Format(2) != "–" {
+		t.Fatalf("empty: %+v %q", s, s.Format(2))
+	}
+	if got := (Summary{Mean: 1.234, SD: 0.05, N: 3}).Format(2); got != "1.23 ± 0.05" {
+		t.Fatalf("Format = %q", got)
+	}
+	if got := (Summary{Mean: 1.234, N: 1}).Format(1); got != "1.2" {
+		t.Fatalf("Format one trial = %q", got)
+	}
+}
+
+func TestPercentileNearestRank(t *testing.T) {
+	var ds []time.Duration
+	for i := 1; i <= 100; i++ {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	for _, tc := range []struct {
+		p    float64
+		want time.Duration
+	}{{50, 50 * time.Millisecond}, {90, 90 * time.Millisecond}, {99, 99 * time.Millisecond}, {99.9, 100 * time.Millisecond}, {100, 100 * time.Millisecond}, {0.5, time.Millisecond}} {
+		if got := percentile(ds, tc.p); got != tc.want {
+			t.Errorf("P%v = %v, want %v", tc.p, got, tc.want)
+		}
+	}
+	if percentile(nil, 50) != 0 {
+		t.Error("empty percentile")
+	}
+	if got := percentile([]time.Duration{7}, 99.9); got != 7 {
+		t.Errorf("single sample P99.9 = %v", got)
+	}
+}
+
+func TestRatioIsPairedByTrial(t *testing.T) {
+	c := Comparison{
+		Scenario: "healthy", Variant: "80/20", Baseline: "round_robin",
+		Policies: []string{"round_robin", "hybrid"},
+		Metrics:  []Metric{WriteP50, MemberReadShare(1)},
+		Trials: map[string][]Result{
+			// The machine got slower in trial 2; paired ratios see 0.5 both times.
+			"round_robin": {{WriteP50ms: 4, ReadsByMember: []uint64{1, 1}}, {WriteP50ms: 8, ReadsByMember: []uint64{1, 1}}},
+			"hybrid":      {{WriteP50ms: 2, ReadsByMember: []uint64{3, 1}}, {WriteP50ms: 4, ReadsByMember: []uint64{3, 1}}},
+		},
+	}
+	r := c.Ratio("hybrid", WriteP50)
+	if r.Mean != 0.5 || r.SD != 0 {
+		t.Fatalf("paired ratio = %+v, want 0.5 ± 0", r)
+	}
+	md := c.Markdown()
+	for _, want := range []string{
+		"#### healthy · 80/20",
+		"| Metric | round_robin | hybrid | hybrid / round_robin |",
+		"| Write P50 (ms) | 6.00 ± 2.83 | 3.00 ± 1.41 | 0.500 ± 0.000 (-50.0%) |",
+		"| Reads to m1 (%) | 50.00 ± 0.00 | 25.00 ± 0.00 | 0.500 ± 0.000 (-50.0%) |",
+		"2 trial(s) per policy, interleaved.",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+func TestServerCountsPreferred(t *testing.T) {
+	r := Result{ReadsByMember: []uint64{1, 1}, ServerReadsByMember: []uint64{0, 4}}
+	if got := MemberReadShare(1).Get(r); got != 100 {
+		t.Fatalf("share = %v, want the server-side 100", got)
+	}
+}
+
+func TestWorkloadValidate(t *testing.T) {
+	if err := DefaultWorkload().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	bad := []func(*Workload){
+		func(w *Workload) { w.ReadRatio = 1.5 },
+		func(w *Workload) { w.Keys = 0 },
+		func(w *Workload) { w.RangeSize = 2000 },
+		func(w *Workload) { w.Workers = 0 },
+		func(w *Workload) { w.Duration = 0 },
+		func(w *Workload) { w.Warmup = -1 },
+		func(w *Workload) { w.ConnsPerMember = 0 },
+		func(w *Workload) { w.ValueSize = -1 },
+	}
+	for i, mut := range bad {
+		w := DefaultWorkload()
+		mut(&w)
+		if err := w.Validate(); err == nil {
+			t.Errorf("case %d: %+v accepted", i, w)
+		}
+	}
+}

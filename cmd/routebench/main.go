@@ -1,0 +1,154 @@
+// Command routebench compares routing policies on a consensus store: by
+// default a 3-member etcd cluster started on the test bed (zones a, a, b on
+// loopback), the paper's healthy 80/20 comparison of round_robin, hybrid and
+// boltzmann, interleaved over 3 trials, printed as a table of mean ± sd with
+// each policy's ratio to round_robin.
+//
+//	go run ./cmd/routebench
+//	go run ./cmd/routebench --scenario all --out out/
+//	go run ./cmd/routebench --endpoints http://10.0.0.1:2379,http://10.0.0.2:2379,http://10.0.0.3:2379
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/oproute/oproute/bench"
+	"github.com/oproute/oproute/router"
+	"github.com/oproute/oproute/testbed"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "routebench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	w := bench.DefaultWorkload()
+	fs := flag.NewFlagSet("routebench", flag.ContinueOnError)
+	scenario := fs.String("scenario", bench.ScenarioQuick, "scenario(s), comma-separated (see below)")
+	policies := fs.String("policies", "", "policies to compare, the first is the baseline (default: the scenario's); any of "+strings.Join(append(router.Policies(), bench.Oracle, bench.StaticLeader), ", "))
+	trials := fs.Int("trials", 3, "trials per policy, interleaved")
+	fs.DurationVar(&w.Duration, "duration", w.Duration, "measured time per trial (failover: 90s unless set)")
+	fs.DurationVar(&w.Warmup, "warmup", w.Warmup, "warm-up per trial, discarded")
+	fs.IntVar(&w.Workers, "workers", w.Workers, "closed-loop workers (the paper used 128; see README)")
+	fs.Float64Var(&w.ReadRatio, "read-ratio", w.ReadRatio, "share of linearizable reads")
+	fs.IntVar(&w.Keys, "keys", w.Keys, "key space")
+	fs.IntVar(&w.ValueSize, "value-size", w.ValueSize, "bytes per written value")
+	fs.IntVar(&w.RangeSize, "range-size", w.RangeSize, "keys per read")
+	fs.IntVar(&w.ConnsPerMember, "conns", w.ConnsPerMember, "connections per member, the same for every policy")
+	fs.Uint64Var(&w.Seed, "seed", w.Seed, "seed of the key choices")
+	backend := fs.String("backend", "etcd", "store: etcd")
+	nodes := fs.Int("nodes", 3, "members, for scenarios without a fixed size (3 or 5)")
+	topoFile := fs.String("topology", "", "JSON topology file (zones, one-way delays), replacing the default")
+	endpoints := fs.String("endpoints", "", "comma-separated endpoints of an existing cluster instead of the test bed (no fault injection)")
+	out := fs.String("out", "", "directory for tables.md, results.json, results.csv and PNG figures")
+	cpuProfile := fs.String("cpuprofile", "", "write the client process's CPU profile here")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: routebench [flags]\n\nScenarios:\n%s\nFlags:\n", bench.Describe())
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if err == flag.ErrHelp {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	var be bench.Backend
+	switch *backend {
+	case "etcd":
+		be = bench.Etcd{}
+	default:
+		return fmt.Errorf("unknown backend %q (want etcd)", *backend)
+	}
+	opts := bench.Options{Backend: be, Workload: w, Set: set, Trials: *trials, Nodes: *nodes, Logf: logf}
+	if *policies != "" {
+		opts.Policies = strings.Split(*policies, ",")
+	}
+	if *topoFile != "" {
+		topo, err := testbed.LoadTopology(*topoFile)
+		if err != nil {
+			return err
+		}
+		opts.Topology = &topo
+	}
+	if *endpoints != "" {
+		opts.Endpoints = strings.Split(*endpoints, ",")
+		logf("attaching to %v: no fault injection, no oracle", opts.Endpoints)
+	}
+	opts.Progress = newProgress()
+	r, err := bench.NewRunner(opts)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	header := headerText(opts, *scenario)
+	fmt.Print(header)
+	comps, err := r.Run(ctx, strings.Split(*scenario, ",")...)
+	opts.Progress.(*progress).close()
+	if len(comps) > 0 {
+		fmt.Println()
+		fmt.Print(bench.Markdown(comps))
+		if *out != "" {
+			if werr := bench.WriteFiles(*out, comps, header); werr != nil {
+				return werr
+			}
+			logf("wrote %s/{tables.md,results.json,results.csv,*.png}", *out)
+		}
+	}
+	return err
+}
+
+func headerText(opts bench.Options, scenario string) string {
+	w := opts.Workload
+	var b strings.Builder
+	fmt.Fprintf(&b, "routebench: backend %s, scenario %s, %d trial(s) per policy, interleaved\n", opts.Backend.Name(), scenario, opts.Trials)
+	fmt.Fprintf(&b, "workload: %.0f%% reads, %d keys, %d-byte values, %d key(s) per read, %d closed-loop workers (default %d: two cores saturate near 64), %v measured after %v warm-up, %d connections per member\n",
+		100*w.ReadRatio, w.Keys, w.ValueSize, w.RangeSize, w.Workers, bench.DefaultWorkers, w.Duration, w.Warmup, w.ConnsPerMember)
+	if len(opts.Endpoints) > 0 {
+		fmt.Fprintf(&b, "cluster: external %v\n", opts.Endpoints)
+	} else {
+		topo := testbed.DefaultTopology(opts.Nodes)
+		if opts.Topology != nil {
+			topo = *opts.Topology
+		}
+		fmt.Fprintf(&b, "cluster: test bed on 127.0.0.1, zones %v, client in zone %s, one-way %v in a zone and %v across (±%.0f%% jitter); each member its own process\n",
+			topo.Zones, topo.ClientZone, time.Duration(topo.SameZone), time.Duration(topo.CrossZone), 100*topo.Jitter)
+	}
+	fmt.Fprintf(&b, "machine: %d CPUs, %s; latencies are closed-loop service times (see bench docs)\n", runtime.NumCPU(), runtime.Version())
+	return b.String()
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "routebench: "+format+"\n", args...)
+}
