@@ -248,4 +248,3 @@ func expand(names []string) ([]string, error) {
 	}
 	return out, nil
 }
-
