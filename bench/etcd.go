@@ -19,14 +19,17 @@ import (
 )
 
 // Etcd is the etcd backend.
-type Etcd struct{}
+type Etcd struct {
+	// MemberCPU confines each test-bed member to this many cores (0: none).
+	MemberCPU float64
+}
 
 // Name implements Backend.
 func (Etcd) Name() string { return "etcd" }
 
 // Start implements Backend: a test-bed cluster.
-func (Etcd) Start(ctx context.Context, topo testbed.Topology) (Cluster, error) {
-	tb, err := testbed.StartEtcd(ctx, testbed.EtcdOptions{Topology: topo})
+func (e Etcd) Start(ctx context.Context, topo testbed.Topology) (Cluster, error) {
+	tb, err := testbed.StartEtcd(ctx, testbed.EtcdOptions{Topology: topo, MemberCPU: e.MemberCPU})
 	if err != nil {
 		return nil, err
 	}

@@ -38,6 +38,11 @@ type EtcdOptions struct {
 	// ClientTLS serves clients over TLS with a certificate from a throw-away
 	// CA; ClientTLS() returns a configuration that trusts it.
 	ClientTLS bool
+	// MemberCPU confines each member (with its proxies) to this many cores
+	// through a cgroup, as if each ran on its own small machine; 0 leaves
+	// them unconfined, sharing the host's cores. StartEtcd fails with
+	// ErrNoCPULimit where cgroups cannot be written.
+	MemberCPU float64
 }
 
 // EtcdCluster is a running test-bed etcd cluster.
@@ -53,6 +58,9 @@ type EtcdCluster struct {
 
 	netMu sync.Mutex // serialises changes of net and their broadcast
 	net   *netState
+
+	memberCPU float64
+	limits    []*cpuLimit // per member, nil when unconfined
 
 	mu     sync.Mutex
 	admins map[int]*clientv3.Client
@@ -117,6 +125,7 @@ func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 
 	c := &EtcdCluster{topo: opts.Topology, dir: opts.Dir, token: fmt.Sprintf("oproute-%d", rand.Uint64()), admins: map[int]*clientv3.Client{}}
 	c.net = &netState{Topo: opts.Topology, Extra: make([]linkExtra, len(opts.Topology.Zones)), IDs: map[string]int{}}
+	c.memberCPU = opts.MemberCPU
 	if c.dir == "" {
 		if c.dir, err = os.MkdirTemp("", "oproute-etcd-"); err != nil {
 			return nil, fmt.Errorf("testbed: %w", err)
@@ -130,6 +139,14 @@ func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 	}()
 	if c.bin, err = memberBinary(ctx, c.dir); err != nil {
 		return nil, err
+	}
+	if opts.MemberCPU > 0 {
+		c.limits = make([]*cpuLimit, len(c.topo.Zones))
+		for i := range c.limits {
+			if c.limits[i], err = newCPULimit(fmt.Sprintf("oproute-%s-m%d", c.token, i), opts.MemberCPU); err != nil {
+				return nil, err
+			}
+		}
 	}
 	scheme := "http"
 	if opts.ClientTLS {
@@ -263,6 +280,14 @@ func (c *EtcdCluster) launch(m *EtcdMember) error {
 		logf.Close()
 		return fmt.Errorf("testbed: start %s: %w", m.Name, err)
 	}
+	if c.limits != nil {
+		if err := c.limits[m.Index].add(cmd.Process.Pid); err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			logf.Close()
+			return err
+		}
+	}
 	p := &process{cmd: cmd, stdin: stdin, ready: make(chan struct{}), replies: make(chan string, 16), exited: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -365,6 +390,9 @@ func (m *EtcdMember) process() *process {
 	defer m.procMu.Unlock()
 	return m.proc
 }
+
+// MemberCPU returns the cores each member is confined to, 0 when unconfined.
+func (c *EtcdCluster) MemberCPU() float64 { return c.memberCPU }
 
 // Size returns the number of members.
 func (c *EtcdCluster) Size() int { return len(c.members) }
@@ -674,6 +702,11 @@ func (c *EtcdCluster) Close() error {
 			p.cmd.Process.Kill()
 			p.stdin.Close()
 			<-p.exited
+		}
+	}
+	for _, l := range c.limits {
+		if l != nil {
+			l.remove()
 		}
 	}
 	if c.ownDir {

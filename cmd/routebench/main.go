@@ -49,6 +49,7 @@ func run() error {
 	fs.IntVar(&w.ConnsPerMember, "conns", w.ConnsPerMember, "connections per member, the same for every policy")
 	fs.Uint64Var(&w.Seed, "seed", w.Seed, "seed of the key choices")
 	backend := fs.String("backend", "etcd", "store: etcd")
+	memberCPU := fs.Float64("member-cpu", 0, "cores each test-bed member may use (cgroup quota), as if on its own machine; 0: share the host's")
 	nodes := fs.Int("nodes", 3, "members, for scenarios without a fixed size (3 or 5)")
 	topoFile := fs.String("topology", "", "JSON topology file (zones, one-way delays), replacing the default")
 	endpoints := fs.String("endpoints", "", "comma-separated endpoints of an existing cluster instead of the test bed (no fault injection)")
@@ -84,7 +85,7 @@ func run() error {
 	var be bench.Backend
 	switch *backend {
 	case "etcd":
-		be = bench.Etcd{}
+		be = bench.Etcd{MemberCPU: *memberCPU}
 	default:
 		return fmt.Errorf("unknown backend %q (want etcd)", *backend)
 	}
