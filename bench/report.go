@@ -4,6 +4,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -43,6 +44,9 @@ func WriteFiles(dir string, comps []*Comparison, header string) error {
 		return fmt.Errorf("bench: %w", err)
 	}
 	results := Results(comps)
+	for i := range results {
+		results[i].Extra = finite(results[i].Extra)
+	}
 	js, err := json.MarshalIndent(results, "", "  ")
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -54,6 +58,20 @@ func WriteFiles(dir string, comps []*Comparison, header string) error {
 		return err
 	}
 	return WriteFigures(dir, comps)
+}
+
+// finite drops NaN and infinite values, which JSON cannot encode.
+func finite(m map[string]float64) map[string]float64 {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]float64, len(m))
+	for k, v := range m {
+		if !math.IsNaN(v) && !math.IsInf(v, 0) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func writeCSV(path string, results []Result) error {

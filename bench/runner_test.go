@@ -38,8 +38,32 @@ func TestFailoverTimes(t *testing.T) {
 		}
 	}
 	noLeader := failoverTimes(events, kill, time.Time{}, end)
-	if !math.IsNaN(noLeader["election_s"]) || !math.IsNaN(noLeader["recovery_s"]) {
+	if _, ok := noLeader["election_s"]; ok {
 		t.Errorf("without a new leader: %v", noLeader)
+	}
+	if _, ok := noLeader["recovery_s"]; ok {
+		t.Errorf("without a new leader: %v", noLeader)
+	}
+	if !math.IsNaN(ExtraMetric("", "recovery_s", 2).Get(Result{Extra: noLeader})) {
+		t.Error("a missing time should read as NaN (shown as –)")
+	}
+}
+
+// TestFilesSurviveUndefinedNumbers: a failover that never recovers must
+// not break results.json.
+func TestFilesSurviveUndefinedNumbers(t *testing.T) {
+	c := &Comparison{Scenario: ScenarioFailover, Baseline: "a", Policies: []string{"a", "b"},
+		Metrics: []Metric{ExtraMetric("Recovery", "recovery_s", 2)},
+		Trials: map[string][]Result{
+			"a": {{Policy: "a", Extra: map[string]float64{"recovery_s": 0.01}}},
+			"b": {{Policy: "b", Extra: map[string]float64{"recovery_s": math.NaN(), "gap": math.Inf(1)}}},
+		}}
+	dir := t.TempDir()
+	if err := WriteFiles(dir, []*Comparison{c}, "h"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(c.Markdown(), "| – |") {
+		t.Errorf("undefined value not shown as –:\n%s", c.Markdown())
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -182,7 +181,9 @@ func byteSize(n int) string {
 
 // failoverTimes derives the failover numbers from a write timeline.
 func failoverTimes(events []writeEvent, kill, newLeader time.Time, endOfRun time.Time) map[string]float64 {
-	extra := map[string]float64{"election_s": math.NaN(), "recovery_s": math.NaN()}
+	// A time that never came (no new leader, no recovery) stays absent:
+	// tables show "–", and JSON cannot hold NaN.
+	extra := map[string]float64{}
 	if !newLeader.IsZero() {
 		extra["election_s"] = newLeader.Sub(kill).Seconds()
 		for _, e := range events {

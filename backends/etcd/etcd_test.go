@@ -353,3 +353,52 @@ func TestOverridesAndZonePreference(t *testing.T) {
 		t.Fatal("WithMember of an unknown endpoint succeeded")
 	}
 }
+
+// TestCredentialsApplyEverywhere enables auth: with the right password the
+// routed client writes (on the leader), reads and probes; with a wrong one
+// New fails, as clientv3.New does.
+func TestCredentialsApplyEverywhere(t *testing.T) {
+	c := startCluster(t, testbed.FlatTopology(3))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := newClient(t, c)
+	for _, step := range []func() error{
+		func() error { _, err := admin.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := admin.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop(), DialTimeout: 5 * time.Second, Username: "root", Password: "rootpw"}
+	cli, err := etcd.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(ctx, "auth/k", "v"); err != nil {
+		t.Fatalf("Put with credentials: %v", err)
+	}
+	if _, err := cli.Get(ctx, "auth/k"); err != nil {
+		t.Fatalf("Get with credentials: %v", err)
+	}
+	leader, _ := c.Leader(ctx)
+	if st := cli.Stats(); st.Leader != c.Endpoints()[leader] || st.Members[leader].Ops[router.Write] != 1 {
+		t.Fatalf("write not routed to the leader under auth: %+v", st)
+	}
+	// Without credentials the cluster refuses data access.
+	anon, err := etcd.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	if _, err := anon.Get(ctx, "auth/k"); err == nil {
+		t.Fatal("an unauthenticated Get succeeded: auth is not on")
+	}
+	cfg.Password = "wrong"
+	if bad, err := etcd.New(cfg); err == nil {
+		bad.Close()
+		t.Fatal("New with a wrong password succeeded")
+	}
+}
