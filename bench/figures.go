@@ -46,6 +46,12 @@ func WriteFigures(dir string, comps []*Comparison) error {
 	return nil
 }
 
+// save leaves headroom above the tallest bar for the legend, then writes.
+func save(p *plot.Plot, w, h vg.Length, path string) error {
+	p.Y.Max *= 1.15
+	return p.Save(w, h, path)
+}
+
 func newPlot(title, ylabel string) *plot.Plot {
 	p := plot.New()
 	p.Title.Text = title
@@ -81,7 +87,7 @@ func variantBars(path, title string, cs []*Comparison, m Metric) error {
 		p.Legend.Add(pol, bars)
 	}
 	p.NominalX(labels...)
-	return p.Save(vg.Length(140+90*len(cs))*vg.Points(1), 4*vg.Inch, path)
+	return save(p, vg.Length(140+90*len(cs))*vg.Points(1), 4*vg.Inch, path)
 }
 
 // metricBars draws one group per metric, one bar per policy.
@@ -108,7 +114,7 @@ func metricBars(path, title string, c *Comparison, ms []Metric) error {
 		p.Legend.Add(pol, bars)
 	}
 	p.NominalX(labels...)
-	return p.Save(6*vg.Inch, 4*vg.Inch, path)
+	return save(p, 6*vg.Inch, 4*vg.Inch, path)
 }
 
 // sweepLines draws metric m against the number of workers, one line per policy.
@@ -129,7 +135,7 @@ func sweepLines(path, title string, cs []*Comparison, m Metric) error {
 	if err := plotutil.AddLinePoints(p, args...); err != nil {
 		return err
 	}
-	return p.Save(6*vg.Inch, 4*vg.Inch, path)
+	return save(p, 6*vg.Inch, 4*vg.Inch, path)
 }
 
 func nanZero(x float64) float64 {

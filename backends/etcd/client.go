@@ -14,6 +14,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/oproute/oproute/pool"
 	"github.com/oproute/oproute/router"
@@ -221,6 +223,13 @@ func (c *Client) probe(ctx context.Context, m router.Member) (router.ProbeResult
 	ctx = context.WithValue(ctx, probeKey{}, c.index[m.ID])
 	resp, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(false))
 	if err != nil {
+		if authRefused(err) {
+			// With auth enabled Status needs a user. The member answered, so
+			// it is reachable, but it told us nothing: the leader stays
+			// unknown and writes go round robin; the caller's own calls fail
+			// with etcd's auth error, as with clientv3.
+			return router.ProbeResult{}, nil
+		}
 		return router.ProbeResult{}, fmt.Errorf("status of %s: %w", m.ID, err)
 	}
 	res := router.ProbeResult{
@@ -232,6 +241,19 @@ func (c *Client) probe(ctx context.Context, m router.Member) (router.ProbeResult
 		res.LeaderID = strconv.FormatUint(resp.GetLeader(), 16)
 	}
 	return res, nil
+}
+
+// authRefused reports whether err is etcd refusing an unauthenticated or
+// unauthorised call.
+func authRefused(err error) bool {
+	st, _ := status.FromError(err)
+	switch st.Code() {
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return true
+	case codes.InvalidArgument:
+		return strings.Contains(st.Message(), "user name is empty")
+	}
+	return false
 }
 
 // Router returns the client's router.
