@@ -179,27 +179,23 @@ func (c *etcdCluster) Connect(ctx context.Context, policy string, conns int) (Cl
 		return nil, err
 	}
 	ec := &etcdClient{cli: cli}
-	switch policy {
-	case StaticLeader:
-		leader, err := c.Leader(ctx)
-		if err != nil {
-			cli.Close()
-			return nil, err
-		}
-		ec.pinned.Store(int64(leader))
-		ec.endpoints = c.endpoints
-	case Oracle:
-		if c.tb == nil {
-			cli.Close()
-			return nil, errors.New("bench: the oracle needs the test bed's view of the leader")
-		}
-		leader, err := c.Leader(ctx)
-		if err != nil {
-			cli.Close()
-			return nil, err
-		}
-		ec.pinned.Store(int64(leader))
-		ec.endpoints = c.endpoints
+	if policy != Oracle && policy != StaticLeader {
+		return ec, nil
+	}
+	// Oracle and StaticLeader pin writes to the leader of now; the oracle
+	// keeps following the servers' view, the static cache never looks again.
+	if policy == Oracle && c.tb == nil {
+		cli.Close()
+		return nil, errors.New("bench: the oracle needs the test bed's view of the leader")
+	}
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	ec.pinned.Store(int64(leader))
+	ec.endpoints = c.endpoints
+	if policy == Oracle {
 		ec.stop = make(chan struct{})
 		ec.wg.Go(func() { ec.followLeader(c) })
 	}

@@ -69,22 +69,11 @@ func variantBars(path, title string, cs []*Comparison, m Metric) error {
 		labels = append(labels, c.Variant)
 	}
 	policies := cs[0].Policies
-	width := vg.Points(float64(300) / float64(len(policies)*max(len(cs), 1)))
-	width = min(width, vg.Points(24))
-	for k, pol := range policies {
-		vals := make(plotter.Values, len(cs))
-		for i, c := range cs {
-			vals[i] = nanZero(c.Summary(pol, m).Mean)
-		}
-		bars, err := plotter.NewBarChart(vals, width)
-		if err != nil {
-			return err
-		}
-		bars.Color = plotutil.Color(k)
-		bars.LineStyle.Width = 0
-		bars.Offset = width * vg.Length(float64(k)-float64(len(policies)-1)/2)
-		p.Add(bars)
-		p.Legend.Add(pol, bars)
+	width := min(vg.Points(float64(300)/float64(len(policies)*max(len(cs), 1))), vg.Points(24))
+	if err := groupedBars(p, policies, len(cs), width, func(pol string, i int) float64 {
+		return cs[i].Summary(pol, m).Mean
+	}); err != nil {
+		return err
 	}
 	p.NominalX(labels...)
 	return save(p, vg.Length(140+90*len(cs))*vg.Points(1), 4*vg.Inch, path)
@@ -97,11 +86,22 @@ func metricBars(path, title string, c *Comparison, ms []Metric) error {
 	for _, m := range ms {
 		labels = append(labels, m.Name)
 	}
-	width := vg.Points(18)
-	for k, pol := range c.Policies {
-		vals := make(plotter.Values, len(ms))
-		for i, m := range ms {
-			vals[i] = nanZero(c.Summary(pol, m).Mean)
+	if err := groupedBars(p, c.Policies, len(ms), vg.Points(18), func(pol string, i int) float64 {
+		return c.Summary(pol, ms[i]).Mean
+	}); err != nil {
+		return err
+	}
+	p.NominalX(labels...)
+	return save(p, 6*vg.Inch, 4*vg.Inch, path)
+}
+
+// groupedBars adds one bar series per policy, groups bars wide, side by
+// side around each group's x position.
+func groupedBars(p *plot.Plot, policies []string, groups int, width vg.Length, value func(policy string, group int) float64) error {
+	for k, pol := range policies {
+		vals := make(plotter.Values, groups)
+		for i := range vals {
+			vals[i] = nanZero(value(pol, i))
 		}
 		bars, err := plotter.NewBarChart(vals, width)
 		if err != nil {
@@ -109,12 +109,11 @@ func metricBars(path, title string, c *Comparison, ms []Metric) error {
 		}
 		bars.Color = plotutil.Color(k)
 		bars.LineStyle.Width = 0
-		bars.Offset = width * vg.Length(float64(k)-float64(len(c.Policies)-1)/2)
+		bars.Offset = width * vg.Length(float64(k)-float64(len(policies)-1)/2)
 		p.Add(bars)
 		p.Legend.Add(pol, bars)
 	}
-	p.NominalX(labels...)
-	return save(p, 6*vg.Inch, 4*vg.Inch, path)
+	return nil
 }
 
 // sweepLines draws metric m against the number of workers, one line per policy.

@@ -73,22 +73,25 @@ var (
 // MemberReadShare is the share of reads (percent, server side when known)
 // served by member i.
 func MemberReadShare(i int) Metric {
-	return Metric{fmt.Sprintf("Reads to m%d (%%)", i), 2, func(r Result) float64 {
-		by := r.ServerReadsByMember
-		if by == nil {
-			by = r.ReadsByMember
-		}
-		return share(by, i)
-	}}
+	return memberShare(fmt.Sprintf("Reads to m%d (%%)", i), 2, i, func(r Result) ([]uint64, []uint64) {
+		return r.ServerReadsByMember, r.ReadsByMember
+	})
 }
 
 // MemberWriteShare is the share of writes (percent, server side when known)
 // sent to member i.
 func MemberWriteShare(i int) Metric {
-	return Metric{fmt.Sprintf("Writes to m%d (%%)", i), 1, func(r Result) float64 {
-		by := r.ServerWritesByMember
+	return memberShare(fmt.Sprintf("Writes to m%d (%%)", i), 1, i, func(r Result) ([]uint64, []uint64) {
+		return r.ServerWritesByMember, r.WritesByMember
+	})
+}
+
+// memberShare prefers the members' own counts to the router's.
+func memberShare(name string, decimals, i int, counts func(Result) (server, routed []uint64)) Metric {
+	return Metric{name, decimals, func(r Result) float64 {
+		by, routed := counts(r)
 		if by == nil {
-			by = r.WritesByMember
+			by = routed
 		}
 		return share(by, i)
 	}}

@@ -17,15 +17,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func startCluster(t *testing.T, topo testbed.Topology) *testbed.EtcdCluster {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := testbed.StartEtcd(ctx, testbed.EtcdOptions{Topology: topo})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return testbed.StartEtcdT(t, testbed.EtcdOptions{Topology: topo})
 }
 
 func client(t *testing.T, ep string) *clientv3.Client {

@@ -3,7 +3,6 @@ package etcd_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
@@ -34,15 +33,7 @@ func (harness) Connect(endpoints []string, policy string) (conformance.Client, e
 }
 
 func startCluster(t *testing.T, topo testbed.Topology) *testbed.EtcdCluster {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := testbed.StartEtcd(ctx, testbed.EtcdOptions{Topology: topo})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return testbed.StartEtcdT(t, testbed.EtcdOptions{Topology: topo})
 }
 
 type cluster struct{ *testbed.EtcdCluster }
