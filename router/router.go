@@ -243,13 +243,14 @@ func (p Pick) Done(err error) {
 	if !timed {
 		return // includes streams: a stream's lifetime is not a latency
 	}
-	h.all.Add(latency)
 	if r.cfg.Policy == Boltzmann {
+		// Only the blended signal: the read estimate serves hybrid's read
+		// pool, and every extra atomic update here is contended across cores.
+		h.all.Add(latency)
 		r.updateWeight(h)
+		return
 	}
-	if p.op.IsRead() {
-		h.read.Add(latency)
-	}
+	h.read.Add(latency)
 }
 
 // Abandon takes back a Pick whose operation was never sent (the backend had

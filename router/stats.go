@@ -21,8 +21,8 @@ type MemberStats struct {
 	// Ops and Errors count operations routed to the member, by Op.
 	Ops    [numOps]uint64
 	Errors [numOps]uint64
-	// ReadLatency is the member's read EWMA (kept by the hybrid and
-	// boltzmann policies, which use it); ProbeRTT its probe EWMA.
+	// ReadLatency is the member's read EWMA (kept by the hybrid policy,
+	// which uses it); ProbeRTT its probe EWMA.
 	ReadLatency time.Duration
 	ProbeRTT    time.Duration
 	// ProbeOK: the member answered its last leader probe.
