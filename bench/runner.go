@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/oproute/oproute/router"
@@ -261,9 +260,6 @@ func (r *Runner) runScenario(ctx context.Context, ps plannedScenario) ([]*Compar
 }
 
 func (r *Runner) runVariant(ctx context.Context, cl Cluster, ps plannedScenario, w Workload, comp *Comparison) error {
-	if err := r.settle(ctx, cl); err != nil {
-		return err
-	}
 	// Preload the key space once per variant with the variant's value size.
 	loader, err := cl.Connect(ctx, router.Hybrid, w.ConnsPerMember)
 	if err != nil {
@@ -281,7 +277,7 @@ func (r *Runner) runVariant(ctx context.Context, cl Cluster, ps plannedScenario,
 		k := trial % len(order)
 		order = append(order[k:], order[:k]...)
 		for _, policy := range order {
-			res, err := r.runOne(ctx, cl, ps, w, policy, trial)
+			res, err := r.runOne(ctx, cl, ps, w, comp.Variant, policy, trial)
 			if err != nil {
 				return fmt.Errorf("%s %s trial %d: %w", comp.Variant, policy, trial+1, err)
 			}
@@ -297,13 +293,13 @@ func (r *Runner) runVariant(ctx context.Context, cl Cluster, ps plannedScenario,
 	return nil
 }
 
-func (r *Runner) runOne(ctx context.Context, cl Cluster, ps plannedScenario, w Workload, policy string, trial int) (Result, error) {
+func (r *Runner) runOne(ctx context.Context, cl Cluster, ps plannedScenario, w Workload, variant, policy string, trial int) (Result, error) {
 	if err := r.settle(ctx, cl); err != nil {
 		return Result{}, err
 	}
 	label := fmt.Sprintf("%s · %s · trial %d/%d", ps.def.name, policy, trial+1, ps.trials)
 	if len(ps.variants) > 1 {
-		label = fmt.Sprintf("%s · %s · %s · trial %d/%d", ps.def.name, w.variantLabel(ps), policy, trial+1, ps.trials)
+		label = fmt.Sprintf("%s · %s · %s · trial %d/%d", ps.def.name, variant, policy, trial+1, ps.trials)
 	}
 	cli, err := cl.Connect(ctx, policy, w.ConnsPerMember)
 	if err != nil {
@@ -358,17 +354,6 @@ func (r *Runner) runOne(ctx context.Context, cl Cluster, ps plannedScenario, w W
 	}
 	res := out.res
 	res.Scenario, res.Backend, res.Policy, res.Trial = ps.def.name, r.opts.Backend.Name(), policy, trial+1
-	res.Variant = w.variantLabel(ps)
+	res.Variant = variant
 	return res, nil
-}
-
-func (w Workload) variantLabel(ps plannedScenario) string {
-	for _, v := range ps.variants {
-		probe := ps.workload
-		v.apply(&probe)
-		if probe == w {
-			return v.label
-		}
-	}
-	return strings.TrimSpace(fmt.Sprintf("%.0f/%.0f", 100*w.ReadRatio, 100*(1-w.ReadRatio)))
 }

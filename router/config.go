@@ -76,8 +76,10 @@ type Config struct {
 
 	// Clock tells the time. Default is the system clock.
 	Clock Clock
-	// Seed seeds the router's random choices (boltzmann, probe share, sticky
-	// start). Default is a seed drawn from the clock.
+	// Seed makes the router's random choices (boltzmann, probe share,
+	// sticky start) repeatable, through one cursor shared by all callers.
+	// Default is none: each thread draws from Go's own generator, with no
+	// state shared between cores.
 	Seed uint64
 }
 
@@ -125,9 +127,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.Clock == nil {
 		c.Clock = systemClock{}
-	}
-	if c.Seed == 0 {
-		c.Seed = uint64(c.Clock.Now().UnixNano()) | 1
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -21,10 +22,19 @@ type Router struct {
 	health  []memberHealth
 	epoch   time.Time // monotonic base of Pick timestamps
 	sysTime bool      // cfg.Clock is the system clock: use the monotonic fast path
+	kind    policyKind
+	seeded  bool         // random() uses rnd; else the runtime's per-thread generator
+	timed   [numOps]bool // the policy consumes this class's latency
 
 	snap atomic.Pointer[snapshot]
-	rr   atomic.Uint64 // round-robin cursor shared by all rotations
-	rnd  atomic.Uint64 // splitmix64 state
+
+	// The two cursors are written on almost every pick: each gets its own
+	// cache line, away from the fields above that every pick reads.
+	_   [64]byte
+	rr  atomic.Uint64 // round-robin cursor shared by all rotations
+	_   [56]byte
+	rnd atomic.Uint64 // splitmix64 state
+	_   [56]byte
 
 	leaderChanges atomic.Uint64
 	fallbacks     atomic.Uint64
@@ -93,7 +103,14 @@ func New(cfg Config) (*Router, error) {
 		epoch:      cfg.Clock.Now(),
 	}
 	_, r.sysTime = cfg.Clock.(systemClock)
+	r.kind = kindOf(cfg.Policy)
+	for op := range Op(numOps) {
+		// Reading the clock costs more than the rest of Pick, so only the
+		// classes whose latency the policy uses are timed.
+		r.timed[op] = (r.kind == hybridKind && op.IsRead()) || (r.kind == boltzmannKind && op != Stream)
+	}
 	r.rnd.Store(cfg.Seed)
+	r.seeded = cfg.Seed != 0
 	for i := range r.health {
 		h := &r.health[i]
 		h.read, _ = ewma.New(cfg.Alpha, cfg.InitialLatency)
@@ -178,22 +195,36 @@ func (r *Router) Pick(ctx context.Context, op Op) (Pick, error) {
 	}
 	r.health[idx].ops[op].Add(1)
 	p := Pick{Member: r.members[idx], Index: idx, r: r, op: op, leaderPinned: pinned}
-	if r.timed(op) {
+	if r.timed[op] {
 		p.start = r.elapsed()
 	}
 	return p, nil
 }
 
-// timed reports whether the policy consumes op's latency. Reading the clock
-// costs more than the rest of Pick, so other operations are not timed.
-func (r *Router) timed(op Op) bool {
-	switch r.cfg.Policy {
-	case Hybrid:
-		return op.IsRead()
+// policyKind is the policy resolved once at New, so that the hot path
+// switches on a small integer rather than comparing strings.
+type policyKind uint8
+
+const (
+	hybridKind policyKind = iota
+	roundRobinKind
+	leaderOnlyKind
+	stickyKind
+	boltzmannKind
+)
+
+func kindOf(policy string) policyKind {
+	switch policy {
+	case RoundRobin:
+		return roundRobinKind
+	case LeaderOnly:
+		return leaderOnlyKind
+	case Sticky:
+		return stickyKind
 	case Boltzmann:
-		return op != Stream
+		return boltzmannKind
 	}
-	return false
+	return hybridKind
 }
 
 // elapsed returns the time since r.epoch. With the system clock it reads
@@ -219,7 +250,7 @@ func (p Pick) Done(err error) {
 		return
 	}
 	h := &r.health[p.Index]
-	timed := r.timed(p.op)
+	timed := r.timed[p.op]
 	var latency time.Duration
 	if timed {
 		latency = r.elapsed() - p.start
@@ -243,7 +274,7 @@ func (p Pick) Done(err error) {
 	if !timed {
 		return // includes streams: a stream's lifetime is not a latency
 	}
-	if r.cfg.Policy == Boltzmann {
+	if r.kind == boltzmannKind {
 		// Only the blended signal: the read estimate serves hybrid's read
 		// pool, and every extra atomic update here is contended across cores.
 		h.all.Add(latency)
@@ -263,16 +294,16 @@ func (p Pick) Abandon() {
 
 // choose applies the policy.
 func (r *Router) choose(s *snapshot, op Op) (idx int, leaderPinned bool) {
-	switch r.cfg.Policy {
-	case RoundRobin:
+	switch r.kind {
+	case roundRobinKind:
 		return r.rotate(s.reachable), false
-	case LeaderOnly:
+	case leaderOnlyKind:
 		return r.toLeader(s)
-	case Sticky:
+	case stickyKind:
 		return s.sticky, false
-	case Boltzmann:
+	case boltzmannKind:
 		return r.boltzmann(s), false
-	default: // Hybrid
+	default: // hybridKind
 		if op == Write {
 			return r.toLeader(s)
 		}
@@ -346,8 +377,13 @@ func (r *Router) boltzmann(s *snapshot) int {
 	return set[len(set)-1]
 }
 
-// random returns the next splitmix64 value: lock-free and seeded per router.
+// random returns a uniformly random uint64: the next splitmix64 value of
+// the router's seeded cursor, or, unseeded, one from Go's generator, which
+// keeps its state per thread and so costs no contention.
 func (r *Router) random() uint64 {
+	if !r.seeded {
+		return rand.Uint64()
+	}
 	z := r.rnd.Add(0x9e3779b97f4a7c15)
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb

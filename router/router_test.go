@@ -570,6 +570,7 @@ func TestConcurrentPickAndProbe(t *testing.T) {
 func TestUniform(t *testing.T) {
 	r := &Router{}
 	r.rnd.Store(7)
+	r.seeded = true
 	sum := 0.0
 	for range 100000 {
 		u := r.uniform()
