@@ -81,6 +81,13 @@ type Config struct {
 	// Default is none: each thread draws from Go's own generator, with no
 	// state shared between cores.
 	Seed uint64
+
+	// OnRefresh, when set, is called after every probe round, from the
+	// probing goroutine, once the new view (leader, reachable members, read
+	// pool) is in place. Backends whose connections are bound to a member
+	// (ZooKeeper sessions) use it to move them. It must not block for long:
+	// the next round waits for it.
+	OnRefresh func()
 }
 
 func (c *Config) setDefaults() {

@@ -13,6 +13,9 @@ func (r *Router) loop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		r.refresh(ctx)
+		if r.cfg.OnRefresh != nil && ctx.Err() == nil {
+			r.cfg.OnRefresh()
+		}
 		select {
 		case <-ctx.Done():
 			return

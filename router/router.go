@@ -311,6 +311,26 @@ func (r *Router) choose(s *snapshot, op Op) (idx int, leaderPinned bool) {
 	}
 }
 
+// Home returns the member a client's long-lived, session-bound traffic
+// belongs on (a ZooKeeper session that owns ephemerals): the sticky member
+// under the sticky policy, otherwise the known leader, where that traffic's
+// writes commit. ok is false when the leader is unknown.
+func (r *Router) Home() (idx int, ok bool) {
+	s := r.snap.Load()
+	if r.kind == stickyKind {
+		return s.sticky, true
+	}
+	return s.leader, s.leader >= 0
+}
+
+// Reachable reports whether member idx answers its probes and serves.
+func (r *Router) Reachable(idx int) bool {
+	return slices.Contains(r.snap.Load().reachable, idx)
+}
+
+// Rounds returns how many probe rounds have completed.
+func (r *Router) Rounds() uint64 { return r.rounds.Load() }
+
 func (r *Router) toLeader(s *snapshot) (int, bool) {
 	if s.leader >= 0 {
 		return s.leader, true

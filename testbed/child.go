@@ -124,27 +124,7 @@ func runMember(raw string) int {
 	<-e.Server.ReadyNotify()
 	fmt.Println(readyLine)
 
-	// Serve control lines; stdin closing means the parent died.
-	parentGone := make(chan struct{})
-	go func() {
-		defer close(parentGone)
-		sc := bufio.NewScanner(os.Stdin)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			var c control
-			if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
-				fmt.Fprintln(os.Stderr, "testbed member: bad control line:", err)
-				continue
-			}
-			switch {
-			case c.Net != nil:
-				net.Store(c.Net)
-				fmt.Println(ackLine)
-			case c.Query == "accepted":
-				fmt.Println("accepted", clientProxy.Accepted())
-			}
-		}
-	}()
+	parentGone := serveControl(&net, clientProxy.Accepted)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	select {
@@ -157,6 +137,33 @@ func runMember(raw string) int {
 	}
 	e.Close()
 	return 0
+}
+
+// serveControl answers the parent's control lines on stdin: network state
+// changes (acknowledged once applied) and the client proxy's accept count.
+// The returned channel closes when stdin does, that is when the parent died.
+func serveControl(net *atomic.Pointer[netState], accepted func() uint64) <-chan struct{} {
+	parentGone := make(chan struct{})
+	go func() {
+		defer close(parentGone)
+		sc := bufio.NewScanner(os.Stdin)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var c control
+			if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+				fmt.Fprintln(os.Stderr, "testbed child: bad control line:", err)
+				continue
+			}
+			switch {
+			case c.Net != nil:
+				net.Store(c.Net)
+				fmt.Println(ackLine)
+			case c.Query == "accepted":
+				fmt.Println("accepted", accepted())
+			}
+		}
+	}()
+	return parentGone
 }
 
 func portOf(rawURL string) int {

@@ -13,6 +13,8 @@ type netState struct {
 	Topo  Topology       `json:"topo"`
 	Extra []linkExtra    `json:"extra"` // per member
 	IDs   map[string]int `json:"ids"`   // hex etcd member ID → index
+	// ClientsCut blackholes every client link (peer links keep working).
+	ClientsCut bool `json:"clients_cut,omitempty"`
 }
 
 // linkExtra is what Degrade and Blackhole add to every link of a member.
@@ -39,7 +41,7 @@ func (s *netState) clientLink(self int) proxy.Link {
 	return proxy.Link{
 		Delay:     base + x.Delay,
 		Jitter:    time.Duration(s.Topo.Jitter*float64(base)) + x.Jitter,
-		Blackhole: x.Blackhole,
+		Blackhole: x.Blackhole || s.ClientsCut,
 	}
 }
 

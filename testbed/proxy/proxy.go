@@ -64,6 +64,12 @@ type Config struct {
 	// Shape returns the current shaping for a connection's key and a
 	// direction. Nil means no shaping.
 	Shape func(key string, dir Direction) Link
+	// DialRetry is how long a refused connection to Target is retried
+	// before the accepted connection is dropped. ZooKeeper's followers
+	// connect to a new leader the moment it is elected, possibly before it
+	// listens: refused, they retry; cut after an accept, they give up the
+	// election round. Default none.
+	DialRetry time.Duration
 }
 
 // Proxy forwards connections from its 127.0.0.1 listener to Config.Target.
@@ -168,7 +174,7 @@ func (p *Proxy) serve(down net.Conn) {
 	if err != nil {
 		return
 	}
-	up, err := net.DialTimeout("tcp", p.cfg.Target, 5*time.Second)
+	up, err := p.dialTarget()
 	if err != nil {
 		return
 	}
@@ -180,6 +186,22 @@ func (p *Proxy) serve(down net.Conn) {
 	wg.Go(func() { p.pipe(up, down, key, Upstream, first) })
 	wg.Go(func() { p.pipe(down, up, key, Downstream, nil) })
 	wg.Wait()
+}
+
+// dialTarget connects to the target, retrying for Config.DialRetry: the
+// dialer already holds an accepted connection, so a refusal that a direct
+// dial would have seen (and retried) must not look like a dropped link.
+func (p *Proxy) dialTarget() (net.Conn, error) {
+	deadline := time.Now().Add(p.cfg.DialRetry)
+	wait := 5 * time.Millisecond
+	for {
+		up, err := net.DialTimeout("tcp", p.cfg.Target, 5*time.Second)
+		if err == nil || time.Now().Add(wait).After(deadline) {
+			return up, err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 100*time.Millisecond)
+	}
 }
 
 // identify reads the dialer's first bytes until Identify is satisfied.

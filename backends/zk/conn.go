@@ -1,0 +1,536 @@
+package zk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/oproute/oproute/internal/zk4lw"
+	"github.com/oproute/oproute/router"
+)
+
+// Sentinel errors, besides go-zookeeper's own (returned unwrapped, so that
+// both err == zk.ErrNoNode and errors.Is keep working) and the router's.
+var (
+	// ErrNoServers: the server list is empty. It wraps router.ErrNoMembers.
+	ErrNoServers = fmt.Errorf("oproute/zk: no servers: %w", router.ErrNoMembers)
+	// ErrInvalidServer: a server is not host[:port].
+	ErrInvalidServer = errors.New("oproute/zk: invalid server")
+	// ErrUnreachable: no server answered within the connect timeout. It
+	// wraps router.ErrUnreachable.
+	ErrUnreachable = fmt.Errorf("oproute/zk: %w", router.ErrUnreachable)
+	// ErrClosed: the Conn is closed. It wraps router.ErrClosed and
+	// zk.ErrClosing, which go-zookeeper returns in the same case.
+	ErrClosed = fmt.Errorf("oproute/zk: %w (%w)", router.ErrClosed, zk.ErrClosing)
+	// ErrMultiRolledBack is a Multi op's error when the op was not applied
+	// because another op of the transaction failed (ZooKeeper's code -2,
+	// which go-zookeeper reports as "unknown error: -2").
+	ErrMultiRolledBack = errors.New("oproute/zk: op rolled back: another op of the multi failed")
+)
+
+type options struct {
+	policy         string
+	stale          bool
+	connectTimeout time.Duration
+	dialer         zk.Dialer
+	logger         zk.Logger
+	onEvent        zk.EventCallback
+	zones          map[string]string
+	clientZone     string
+	tune           func(*router.Config)
+}
+
+// Option configures Connect.
+type Option func(*options)
+
+// WithPolicy picks the routing policy by name (router.Policies()). Default
+// is router.Hybrid. router.Sticky behaves as go-zookeeper's own client: one
+// session on one server for everything.
+func WithPolicy(name string) Option { return func(o *options) { o.policy = name } }
+
+// WithStaleReads makes Get, Exists and Children (and their watch variants)
+// plain ZooKeeper reads, served by whichever server the router picks from
+// its local state with no Sync: faster, and possibly behind the leader (no
+// read-your-writes across servers). The default is linearizable reads.
+func WithStaleReads() Option { return func(o *options) { o.stale = true } }
+
+// WithConnectTimeout bounds how long Connect waits for a server to answer
+// (and for the leader to be known). Default: the session timeout.
+func WithConnectTimeout(d time.Duration) Option { return func(o *options) { o.connectTimeout = d } }
+
+// WithDialer sets the dialer for sessions and probes (go-zookeeper's
+// zk.WithDialer).
+func WithDialer(d zk.Dialer) Option { return func(o *options) { o.dialer = d } }
+
+// WithLogger sets go-zookeeper's logger. Default: the standard logger.
+func WithLogger(l zk.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithEventCallback is called with every event of the primary session
+// (zk.WithEventCallback), including the one that reports its expiry. Unlike
+// the channel Connect returns, it never drops an event. It must not block.
+func WithEventCallback(cb zk.EventCallback) Option { return func(o *options) { o.onEvent = cb } }
+
+// WithZones places the client and the servers (keyed as given to Connect)
+// in zones; stale reads prefer servers in the client's zone.
+func WithZones(clientZone string, serverZones map[string]string) Option {
+	return func(o *options) { o.clientZone, o.zones = clientZone, serverZones }
+}
+
+// WithRouterConfig adjusts the router's configuration (intervals, ejection
+// thresholds, seed…) before it starts. Members and Prober are the Conn's.
+func WithRouterConfig(tune func(*router.Config)) Option { return func(o *options) { o.tune = tune } }
+
+// WithLeader makes the call go to the leader, whatever the policy.
+func WithLeader(ctx context.Context) context.Context { return router.WithLeader(ctx) }
+
+// WithMember makes the call go to the given server (as given to Connect).
+func WithMember(ctx context.Context, server string) context.Context {
+	return router.WithMember(ctx, server)
+}
+
+// Conn is a ZooKeeper client with go-zookeeper's call shapes whose
+// operations are routed by what they ask of ZAB. See the package doc.
+type Conn struct {
+	r              *router.Router
+	members        []router.Member
+	addrs          []string
+	byAddr         map[string]int
+	sessionTimeout time.Duration
+	o              options
+
+	primary *session
+	memMu   sync.Mutex
+	mem     []*session // per member, created on first use
+
+	credsMu sync.Mutex
+	creds   []authCred
+
+	events    chan zk.Event
+	eventsMu  sync.Mutex // guards sending on events against its close
+	expired   atomic.Bool
+	started   atomic.Bool // primary is set; the router's hook may run
+	closed    atomic.Bool
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+type authCred struct {
+	scheme string
+	auth   []byte
+}
+
+// DefaultMinEjectGap is the router's MinEjectGap for ZooKeeper, twice
+// etcd's: a linearizable read here is two client round trips (sync, then
+// the read: go-zookeeper cannot pipeline them with an ordering guarantee)
+// plus the sync's hop to the leader, so a server one zone away reads about
+// 6 ms slower than the others on the default test bed with nothing wrong.
+const DefaultMinEjectGap = 10 * time.Millisecond
+
+// eventBuffer is the capacity of the channel Connect returns; events beyond
+// it are dropped, as go-zookeeper drops them (WithEventCallback does not).
+const eventBuffer = 64
+
+// Connect starts a client of the ensemble servers (host:port, the port
+// defaults to 2181), in the shape of zk.Connect. Unlike zk.Connect it waits
+// until the router has probed the servers (at most the connect timeout),
+// so that the first write goes to the leader; it fails with ErrUnreachable
+// if no server answers. The channel carries the primary session's events,
+// as zk.Connect's does.
+func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*Conn, <-chan zk.Event, error) {
+	o := options{policy: router.Hybrid, logger: log.Default()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(servers) == 0 {
+		return nil, nil, ErrNoServers
+	}
+	if sessionTimeout <= 0 {
+		return nil, nil, fmt.Errorf("%w: session timeout %v", router.ErrInvalidConfig, sessionTimeout)
+	}
+	if o.connectTimeout < 0 {
+		return nil, nil, fmt.Errorf("%w: connect timeout %v", router.ErrInvalidConfig, o.connectTimeout)
+	}
+	if o.connectTimeout == 0 {
+		o.connectTimeout = sessionTimeout
+	}
+	if o.dialer == nil {
+		o.dialer = net.DialTimeout
+	}
+	c := &Conn{sessionTimeout: sessionTimeout, o: o, byAddr: map[string]int{},
+		events: make(chan zk.Event, eventBuffer), done: make(chan struct{})}
+	for i, srv := range servers {
+		addr, err := hostPort(srv)
+		if err != nil {
+			return nil, nil, err
+		}
+		if _, dup := c.byAddr[addr]; dup {
+			return nil, nil, fmt.Errorf("%w: server %q", router.ErrDuplicateMember, srv)
+		}
+		c.byAddr[addr] = i
+		c.addrs = append(c.addrs, addr)
+		c.members = append(c.members, router.Member{ID: srv, Addr: addr, Zone: o.zones[srv]})
+	}
+	c.mem = make([]*session, len(c.members))
+	rcfg := router.Config{Policy: o.policy, ClientZone: o.clientZone, MinEjectGap: DefaultMinEjectGap}
+	if o.tune != nil {
+		o.tune(&rcfg)
+	}
+	rcfg.Members, rcfg.Prober, rcfg.OnRefresh = c.members, router.ProberFunc(c.probe), c.rebalance
+	r, err := router.New(rcfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("oproute/zk: %w", err)
+	}
+	c.r = r
+	if err := c.waitProbed(o.connectTimeout); err != nil {
+		r.Close()
+		return nil, nil, err
+	}
+	if c.primary, err = c.newSession("primary", -1, c.onPrimaryEvent); err != nil {
+		r.Close()
+		return nil, nil, fmt.Errorf("oproute/zk: %w", err)
+	}
+	c.started.Store(true)
+	// As etcd's DialTimeout does: the first call finds a session in place.
+	deadline := time.Now().Add(o.connectTimeout)
+	for c.primary.zk.State() != zk.StateHasSession && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	return c, c.events, nil
+}
+
+// hostPort validates a server and adds ZooKeeper's default port.
+func hostPort(srv string) (string, error) {
+	if srv == "" {
+		return "", fmt.Errorf("%w: empty", ErrInvalidServer)
+	}
+	if _, _, err := net.SplitHostPort(srv); err != nil {
+		if _, _, err2 := net.SplitHostPort(srv + ":2181"); err2 != nil {
+			return "", fmt.Errorf("%w: %q: %w", ErrInvalidServer, srv, err)
+		}
+		return srv + ":2181", nil
+	}
+	return srv, nil
+}
+
+// waitProbed waits until the leader is known or every server has answered
+// a probe; it fails only if no server answers within timeout.
+func (c *Conn) waitProbed(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		st := c.r.Stats()
+		answered := 0
+		for _, m := range st.Members {
+			if m.ProbeOK {
+				answered++
+			}
+		}
+		switch {
+		case st.Leader != "" || answered == len(st.Members):
+			return nil
+		case time.Now().After(deadline):
+			if answered > 0 {
+				return nil // usable; the leader may come later
+			}
+			return fmt.Errorf("%w within %v: %v", ErrUnreachable, timeout, c.addrs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// probe asks a server for its role with the srvr four-letter command, over
+// a connection of its own (four-letter commands are one per connection).
+// ruok would prove nothing: a server without quorum answers imok.
+func (c *Conn) probe(ctx context.Context, m router.Member) (router.ProbeResult, error) {
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		timeout := time.Second
+		if dl, ok := ctx.Deadline(); ok {
+			timeout = time.Until(dl)
+		}
+		return c.o.dialer(network, addr, timeout)
+	}
+	b, err := zk4lw.Send(ctx, dial, m.Addr, "srvr")
+	if errors.Is(err, zk4lw.ErrNotServing) {
+		return router.ProbeResult{NotServing: true}, nil
+	}
+	if err != nil {
+		return router.ProbeResult{}, err
+	}
+	st, err := zk4lw.ParseSrvr(b)
+	if err != nil {
+		return router.ProbeResult{}, err
+	}
+	switch st.Mode {
+	case "leader", "standalone":
+		return router.ProbeResult{IsLeader: true, Term: st.Epoch()}, nil
+	case "follower", "observer":
+		return router.ProbeResult{Term: st.Epoch()}, nil
+	default: // read-only and anything new: answers, but not a full member
+		return router.ProbeResult{NotServing: true}, nil
+	}
+}
+
+// rebalance runs after every probe round: sessions leave servers that no
+// longer answer and follow their target (the primary the leader, member
+// sessions their member).
+func (c *Conn) rebalance() {
+	if c.closed.Load() || !c.started.Load() {
+		return
+	}
+	if !c.expired.Load() {
+		c.primary.follow()
+	}
+	c.memMu.Lock()
+	mem := slices.Clone(c.mem)
+	c.memMu.Unlock()
+	for _, s := range mem {
+		if s != nil {
+			s.follow()
+		}
+	}
+}
+
+func (c *Conn) onPrimaryEvent(ev zk.Event) {
+	if ev.Type == zk.EventSession && ev.State == zk.StateExpired && !c.closed.Load() {
+		// go-zookeeper would now open a new session in its place, silently
+		// dropping our ephemerals. Refuse: the dialer fails from here on,
+		// and every call returns zk.ErrSessionExpired, as the Java client's
+		// handle does; the application makes a new Conn.
+		c.expired.Store(true)
+	}
+	if c.o.onEvent != nil {
+		c.o.onEvent(ev)
+	}
+	c.eventsMu.Lock()
+	defer c.eventsMu.Unlock()
+	if c.events != nil {
+		select {
+		case c.events <- ev:
+		default:
+		}
+	}
+}
+
+// sessionFor returns the session that serves member idx: the primary
+// session while it is there (so that one server carries one session of
+// ours, as with go-zookeeper's client), else the member's own session.
+func (c *Conn) sessionFor(idx int) (*session, error) {
+	if int(c.primary.cur.Load()) == idx {
+		return c.primary, nil
+	}
+	c.memMu.Lock()
+	defer c.memMu.Unlock()
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	if s := c.mem[idx]; s != nil {
+		return s, nil
+	}
+	s, err := c.newSession(fmt.Sprintf("m%d", idx), idx, func(zk.Event) {})
+	if err != nil {
+		return nil, fmt.Errorf("oproute/zk: session for %s: %w", c.members[idx].ID, err)
+	}
+	c.mem[idx] = s
+	return s, nil
+}
+
+func (c *Conn) check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if c.expired.Load() {
+		return zk.ErrSessionExpired
+	}
+	return nil
+}
+
+// transportError reports whether err speaks against the server (the
+// request may not have reached it, or its answer was lost) rather than
+// being ZooKeeper's answer.
+func transportError(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
+		errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrSessionMoved) ||
+		errors.Is(err, context.DeadlineExceeded)
+}
+
+// read routes a read: a linearizable one is Sync(path) and then fn on the
+// same session, which ZooKeeper orders after the sync, so the server has
+// caught up with the leader as of the sync. A read that failed in
+// transport (its server went away) is tried once more elsewhere.
+func read[T any](c *Conn, ctx context.Context, path string, fn func(*zk.Conn) (T, error)) (T, error) {
+	var zero T
+	if err := c.check(ctx); err != nil {
+		return zero, err
+	}
+	op := router.LinearizableRead
+	if c.o.stale {
+		op = router.StaleRead
+	}
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		var p router.Pick
+		if p, err = c.r.Pick(ctx, op); err != nil {
+			return zero, mapRouterErr(err)
+		}
+		s, serr := c.sessionFor(p.Index)
+		if serr != nil {
+			p.Abandon()
+			return zero, serr
+		}
+		var v T
+		v, err = do(ctx, s, func(z *zk.Conn) (T, error) {
+			if op == router.LinearizableRead {
+				if _, err := z.Sync(path); err != nil && err != zk.ErrNoNode {
+					return zero, err
+				}
+			}
+			return fn(z)
+		})
+		if transportError(err) {
+			p.Done(err)
+		} else {
+			p.Done(nil)
+		}
+		if err == nil || !transportError(err) || ctx.Err() != nil || c.check(ctx) != nil {
+			return v, c.finalErr(err)
+		}
+	}
+	return zero, c.finalErr(err)
+}
+
+// write routes a write. A session-bound write (an ephemeral create) goes on
+// the primary session, which owns the Conn's ephemerals. Writes are never
+// retried: a write cut in transport may have been applied.
+func write[T any](c *Conn, ctx context.Context, sessionBound bool, fn func(*zk.Conn) (T, error)) (T, error) {
+	var zero T
+	if err := c.check(ctx); err != nil {
+		return zero, err
+	}
+	var s *session
+	pctx := ctx
+	if sessionBound {
+		s = c.primary
+		if cur := int(s.cur.Load()); cur >= 0 {
+			pctx = router.WithMember(ctx, c.members[cur].ID) // count it where it goes
+		}
+	}
+	p, err := c.r.Pick(pctx, router.Write)
+	if err != nil {
+		return zero, mapRouterErr(err)
+	}
+	if s == nil {
+		if s, err = c.sessionFor(p.Index); err != nil {
+			p.Abandon()
+			return zero, err
+		}
+	}
+	v, err := do(ctx, s, fn)
+	if transportError(err) {
+		p.Done(err)
+	} else {
+		p.Done(nil)
+	}
+	return v, c.finalErr(err)
+}
+
+func (c *Conn) finalErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case c.closed.Load() && (errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrConnectionClosed)):
+		return ErrClosed
+	case c.expired.Load() && transportError(err):
+		return zk.ErrSessionExpired
+	}
+	return err
+}
+
+func mapRouterErr(err error) error {
+	if errors.Is(err, router.ErrClosed) {
+		return ErrClosed
+	}
+	return fmt.Errorf("oproute/zk: %w", err)
+}
+
+// Router returns the router, for its statistics.
+func (c *Conn) Router() *router.Router { return c.r }
+
+// Stats returns the router's statistics.
+func (c *Conn) Stats() router.Stats { return c.r.Stats() }
+
+// SessionID returns the primary session's ID: the owner of the Conn's
+// ephemeral nodes.
+func (c *Conn) SessionID() int64 { return c.primary.zk.SessionID() }
+
+// State returns the primary session's state; zk.StateExpired once it has
+// expired.
+func (c *Conn) State() zk.State {
+	if c.expired.Load() {
+		return zk.StateExpired
+	}
+	return c.primary.zk.State()
+}
+
+// Server returns the server the primary session is connected to.
+func (c *Conn) Server() string { return c.primary.zk.Server() }
+
+// SessionServers returns, per server index, how many of the Conn's
+// sessions are connected there (for tests and diagnostics).
+func (c *Conn) SessionServers() []int {
+	n := make([]int, len(c.members))
+	if i := c.primary.cur.Load(); i >= 0 {
+		n[i]++
+	}
+	c.memMu.Lock()
+	defer c.memMu.Unlock()
+	for _, s := range c.mem {
+		if s != nil {
+			if i := s.cur.Load(); i >= 0 {
+				n[i]++
+			}
+		}
+	}
+	return n
+}
+
+// Close ends every session (the primary's ephemerals are deleted by the
+// server) and the router, and waits for their goroutines.
+func (c *Conn) Close() {
+	c.closeOnce.Do(func() {
+		c.closed.Store(true)
+		close(c.done)
+		c.r.Close()
+		c.memMu.Lock()
+		sessions := []*session{c.primary}
+		for _, s := range c.mem {
+			if s != nil {
+				sessions = append(sessions, s)
+			}
+		}
+		c.memMu.Unlock()
+		var wg sync.WaitGroup
+		for _, s := range sessions {
+			wg.Go(func() {
+				s.gate.open()
+				s.zk.Close()
+				for range s.events { // closed when go-zookeeper's goroutines end
+				}
+			})
+		}
+		wg.Wait()
+		c.eventsMu.Lock()
+		close(c.events)
+		c.events = nil
+		c.eventsMu.Unlock()
+	})
+}

@@ -1,0 +1,81 @@
+// Package zk is a ZooKeeper client with go-zookeeper's call shapes
+// (github.com/go-zookeeper/zk) whose operations are routed by what they ask
+// of ZAB:
+//
+//   - Writes (Create, Set, Delete, Multi, SetACL) go to the leader, which
+//     orders them; a follower would only forward them.
+//   - Linearizable reads (Get, Exists, Children, their watch variants,
+//     GetACL) are Sync(path) and then the read on the same session: the
+//     sync makes the chosen server catch up with the leader, after which it
+//     serves the read from its own copy. They are spread over the healthy
+//     servers; a server whose reads drift far above the others' (a grey
+//     failure) leaves the read pool until it recovers (package router).
+//   - WithStaleReads makes reads plain ZooKeeper reads with no sync.
+//
+//	conn, events, err := zk.Connect([]string{"z1:2181", "z2:2181", "z3:2181"}, 10*time.Second)
+//
+// # Sessions
+//
+// A Conn holds a primary session and, on demand, one session per server
+// (at most one session of the Conn per server: the primary serves the
+// server it is on). Each is a go-zookeeper session whose HostProvider
+// offers the server the session belongs on first and whose dialer tells
+// the Conn where it is, so that the Conn can move it: closing its TCP
+// connection makes go-zookeeper reconnect elsewhere and resume the same
+// session. The router's probes (the srvr four-letter command, every
+// 250 ms) drive the moves:
+//
+//   - The primary session follows the leader (the sticky server under the
+//     sticky policy). When the leader changes, new requests are held back,
+//     those in flight finish, the session reconnects to the new leader and
+//     the held requests go on: no write is cut by a planned move.
+//   - A session whose server stops answering probes (killed, partitioned,
+//     or frozen with its TCP connections open) is moved at once, about a
+//     second after the server stops answering, instead of after
+//     go-zookeeper's receive timeout (two thirds of the session timeout).
+//     Reads in flight there are retried once on another server; writes in
+//     flight fail with zk.ErrConnectionClosed (their outcome is unknown,
+//     and they are never retried).
+//   - A member session that had to leave its server goes back when the
+//     server answers again.
+//
+// What that means for ZooKeeper's guarantees:
+//
+//   - Ephemeral nodes are created on the primary session (SessionID), so
+//     they live as long as it does and survive leader changes and server
+//     losses that the session outlives.
+//   - Watches live on the session that served the read that set them. When
+//     its server goes away the session moves and go-zookeeper re-registers
+//     them on the new server (SetWatches with the last zxid seen), so a
+//     change made meanwhile still fires the watch. If that session expires,
+//     its watches end with an EventNotWatching carrying zk.ErrSessionExpired.
+//   - FIFO order holds per session. One goroutine's calls are sequential
+//     (each returns after ZooKeeper answered), so a write is applied before
+//     the caller's next call starts, whatever session carries it.
+//   - Read-your-writes across the Conn's sessions holds for linearizable
+//     reads, by the sync; stale reads may miss a write the Conn made through
+//     another server.
+//   - Session expiry of the primary session is an event (zk.StateExpired on
+//     the channel and WithEventCallback) and, from then on, every call
+//     returns zk.ErrSessionExpired: unlike go-zookeeper, the Conn never goes
+//     on silently with a new session that lost the ephemerals. Make a new
+//     Conn. Member sessions own nothing but watches; go-zookeeper renews
+//     them on expiry and their watches are ended as above.
+//
+// # Errors
+//
+// ZooKeeper's answers are go-zookeeper's own error values, unwrapped
+// (zk.ErrNoNode, zk.ErrNodeExists, zk.ErrBadVersion…), so err == zk.ErrNoNode
+// and errors.Is keep working. The Conn's own conditions are ErrClosed (also
+// errors.Is zk.ErrClosing), ErrUnreachable, ErrNoServers, ErrInvalidServer,
+// ErrMultiRolledBack and the router's configuration errors; a cancelled or
+// expired context returns ctx.Err().
+//
+// # Policies
+//
+// router.Hybrid (default) as above; router.Sticky is go-zookeeper's own
+// behaviour: everything on the primary session, on one server, which
+// changes only when that server stops answering; router.RoundRobin rotates
+// every operation over the servers (one session per server);
+// router.LeaderOnly and router.Boltzmann as in package router.
+package zk

@@ -1,0 +1,305 @@
+package zk
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// session is one go-zookeeper session whose server the router chooses: its
+// HostProvider offers the member it belongs on first, its dialer remembers
+// which member it reached, and kick moves it by closing the TCP
+// connection, after which go-zookeeper reconnects through the provider and
+// resumes the same session (ephemerals and watches kept).
+type session struct {
+	c    *Conn
+	name string
+	// home is the member a member session belongs on; -1 for the primary
+	// session, which follows the router's Home (the leader, or the sticky
+	// member).
+	home int
+
+	zk     *zk.Conn
+	events <-chan zk.Event // go-zookeeper's; closed when its goroutines end
+
+	cur    atomic.Int32 // member the TCP connection was dialed to, -1 while none
+	connMu sync.Mutex
+	conn   net.Conn
+
+	// Provider state; go-zookeeper calls Next and Connected from one goroutine.
+	attempt   int
+	lostAt    time.Time     // when the session last had no connection
+	backoff   time.Duration // wait after a full pass over the servers
+	lastRetry time.Time
+
+	gate   gate
+	moving atomic.Bool
+}
+
+func (c *Conn) newSession(name string, home int, onEvent zk.EventCallback) (*session, error) {
+	s := &session{c: c, name: name, home: home}
+	s.cur.Store(-1)
+	conn, events, err := zk.Connect(c.addrs, c.sessionTimeout,
+		zk.WithHostProvider(s),
+		zk.WithDialer(s.dial),
+		zk.WithLogger(c.o.logger),
+		zk.WithLogInfo(false),
+		zk.WithEventCallback(onEvent))
+	if err != nil {
+		return nil, err
+	}
+	s.zk, s.events = conn, events
+	c.credsMu.Lock()
+	creds := append([]authCred(nil), c.creds...)
+	c.credsMu.Unlock()
+	for _, a := range creds {
+		// Queued until the session is established; go-zookeeper resends
+		// them on every reconnect.
+		go conn.AddAuth(a.scheme, a.auth)
+	}
+	return s, nil
+}
+
+// target is the member the session belongs on, -1 when unknown.
+func (s *session) target() int {
+	if s.home >= 0 {
+		return s.home
+	}
+	if idx, ok := s.c.r.Home(); ok {
+		return idx
+	}
+	return -1
+}
+
+// Init implements zk.HostProvider; the servers are the Conn's.
+func (s *session) Init([]string) error { return nil }
+
+// Len implements zk.HostProvider.
+func (s *session) Len() int { return len(s.c.addrs) }
+
+// Next implements zk.HostProvider: the target first, then the other
+// reachable members, then the rest. After a full pass without a session it
+// waits a little (10 ms, doubling to 250 ms) and goes on: go-zookeeper's own
+// retry wait (a second, asked for with retryStart) would delay the return
+// of writes after an election by up to that second. retryStart, which also
+// makes go-zookeeper fail the queued requests with zk.ErrNoServer, comes
+// only once the session has had no server for a session timeout.
+func (s *session) Next() (string, bool) {
+	n := len(s.c.addrs)
+	order := make([]int, 0, n)
+	t := s.target()
+	if t < 0 {
+		t = max(int(s.cur.Load()), 0)
+	}
+	order = append(order, t)
+	for k := 1; k < n; k++ {
+		if i := (t + k) % n; s.c.r.Reachable(i) {
+			order = append(order, i)
+		}
+	}
+	for k := 1; k < n; k++ {
+		if i := (t + k) % n; !s.c.r.Reachable(i) {
+			order = append(order, i)
+		}
+	}
+	a := s.attempt
+	s.attempt++
+	now := time.Now()
+	if a == 0 {
+		s.lostAt, s.backoff = now, 10*time.Millisecond
+	}
+	retry := false
+	if a > 0 && a%n == 0 {
+		select {
+		case <-time.After(s.backoff):
+		case <-s.c.done:
+		}
+		s.backoff = min(2*s.backoff, 250*time.Millisecond)
+		if now.Sub(s.lostAt) > s.c.sessionTimeout && now.Sub(s.lastRetry) > s.c.sessionTimeout {
+			retry, s.lastRetry = true, now
+		}
+	}
+	return s.c.addrs[order[a%n]], retry
+}
+
+// Connected implements zk.HostProvider.
+func (s *session) Connected() { s.attempt = 0 }
+
+func (s *session) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	if s.c.expired.Load() && s.home < 0 {
+		// The primary session expired: never let go-zookeeper open a new
+		// one in its place (its ephemerals are gone; callers must know).
+		return nil, zk.ErrSessionExpired
+	}
+	conn, err := s.c.o.dialer(network, addr, timeout)
+	if err != nil {
+		s.cur.Store(-1)
+		return nil, err
+	}
+	s.connMu.Lock()
+	s.conn = conn
+	s.connMu.Unlock()
+	s.cur.Store(int32(s.c.byAddr[addr]))
+	return conn, nil
+}
+
+// kick closes the session's TCP connection: requests in flight fail with
+// zk.ErrConnectionClosed and go-zookeeper reconnects through Next.
+func (s *session) kick() {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	if s.conn != nil {
+		s.conn.Close()
+		s.conn = nil
+	}
+	s.cur.Store(-1)
+}
+
+// follow moves the session if its server is out of reach (at once: a frozen
+// server would hold requests until go-zookeeper's receive timeout, two
+// thirds of the session timeout) or if it belongs elsewhere (after draining,
+// so that no request in flight is cut).
+func (s *session) follow() {
+	cur := int(s.cur.Load())
+	if cur < 0 {
+		return // connecting: Next offers the target first
+	}
+	if !s.c.r.Reachable(cur) {
+		s.kick()
+		return
+	}
+	want := s.target()
+	if want < 0 || want == cur || !s.c.r.Reachable(want) || !s.moving.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.moving.Store(false)
+		s.moveDrained(want)
+	}()
+}
+
+// moveDrained holds new requests back, waits for those in flight (at most
+// drainTimeout), moves the connection and waits for the session to be
+// re-established on want (at most reconnectTimeout) before letting
+// requests through again.
+func (s *session) moveDrained(want int) {
+	const drainTimeout, reconnectTimeout = 2 * time.Second, 2 * time.Second
+	s.gate.shut(drainTimeout)
+	defer s.gate.open()
+	if int(s.cur.Load()) == want {
+		return
+	}
+	s.kick()
+	deadline := time.NewTimer(reconnectTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for s.zk.State() != zk.StateHasSession || int(s.cur.Load()) < 0 {
+		select {
+		case <-deadline.C:
+			return
+		case <-s.c.done:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// do runs fn on the session, bounded by ctx. go-zookeeper has no per-call
+// context: on cancellation fn goes on in the background (it ends when the
+// server answers or the connection drops) and do returns ctx.Err(). A
+// cancelled write's outcome is therefore unknown, as with any timeout.
+func do[T any](ctx context.Context, s *session, fn func(*zk.Conn) (T, error)) (T, error) {
+	var zero T
+	if err := s.gate.enter(ctx); err != nil {
+		return zero, err
+	}
+	if ctx.Done() == nil {
+		defer s.gate.leave()
+		return fn(s.zk)
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		defer s.gate.leave()
+		v, err := fn(s.zk)
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+// gate lets requests through a session unless a move holds them back.
+type gate struct {
+	mu       sync.Mutex
+	shutc    chan struct{} // non-nil while shut; closed on open
+	inflight int
+	drained  chan struct{} // closed when inflight reaches 0 while shut
+}
+
+func (g *gate) enter(ctx context.Context) error {
+	g.mu.Lock()
+	for g.shutc != nil {
+		c := g.shutc
+		g.mu.Unlock()
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		g.mu.Lock()
+	}
+	g.inflight++
+	g.mu.Unlock()
+	return nil
+}
+
+func (g *gate) leave() {
+	g.mu.Lock()
+	g.inflight--
+	if g.inflight == 0 && g.drained != nil {
+		close(g.drained)
+		g.drained = nil
+	}
+	g.mu.Unlock()
+}
+
+// shut holds new requests back and waits up to timeout for those in flight.
+func (g *gate) shut(timeout time.Duration) {
+	g.mu.Lock()
+	g.shutc = make(chan struct{})
+	if g.inflight == 0 {
+		g.mu.Unlock()
+		return
+	}
+	d := make(chan struct{})
+	g.drained = d
+	g.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-d:
+	case <-t.C:
+	}
+}
+
+func (g *gate) open() {
+	g.mu.Lock()
+	if g.shutc != nil {
+		close(g.shutc)
+		g.shutc = nil
+	}
+	g.drained = nil
+	g.mu.Unlock()
+}

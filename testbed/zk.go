@@ -1,0 +1,689 @@
+package testbed
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/oproute/oproute/internal/zk4lw"
+)
+
+// ZooKeeperClassPath is where Debian's zookeeper package puts the server
+// (its manifest names the other jars it needs) and the logging it runs with.
+const ZooKeeperClassPath = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar"
+
+// ErrNoZooKeeper: the ZooKeeper server jars are not installed.
+var ErrNoZooKeeper = errors.New("testbed: ZooKeeper not installed (apt-get install -y --no-install-recommends zookeeper)")
+
+// ZKOptions configures StartZK.
+type ZKOptions struct {
+	// Topology gives the ensemble size, zones and delays. Default
+	// DefaultTopology(3).
+	Topology Topology
+	// Dir holds the servers' data, configs and logs. Default: a temporary
+	// directory removed by Close.
+	Dir string
+	// StartTimeout bounds start-up. Default 90 s.
+	StartTimeout time.Duration
+	// TickTime is ZooKeeper's tick: sessions time out after 2 to 20
+	// ticks, a frozen leader is replaced after syncLimit (5) ticks.
+	// Default 2 s, ZooKeeper's own.
+	TickTime time.Duration
+	// HeapMB is each JVM's maximum heap. Default 192.
+	HeapMB int
+	// ClassPath overrides ZooKeeperClassPath.
+	ClassPath string
+}
+
+// ZKCluster is a ZooKeeper ensemble of real QuorumPeerMain JVMs on
+// 127.0.0.1. Every client link and every peer link (quorum and election)
+// goes through a delay proxy: each server's proxies run in a process of
+// their own, and each server's config names, for every other server, the
+// proxy of that one link, so each pair of servers gets its own delay.
+type ZKCluster struct {
+	topo   Topology
+	dir    string
+	ownDir bool
+	bin    string
+	opts   ZKOptions
+
+	netMu sync.Mutex // serialises network changes
+	net   *netState
+
+	servers []*ZKServer
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// ZKServer is one server of a ZKCluster.
+type ZKServer struct {
+	Index int
+	Name  string
+	Zone  string
+	// SID is the server's myid. Member 0 has the highest, so that it wins
+	// the first election (ZooKeeper prefers the highest id among equals).
+	SID int
+
+	clientPort, quorumPort, electionPort int // the JVM's own
+	proxyClientPort                      int
+	proxySpec                            zkProxySpec
+
+	proxies *process
+	askMu   sync.Mutex
+
+	jvmMu  sync.Mutex
+	jvm    *exec.Cmd
+	exited chan struct{}
+	paused atomic.Bool
+}
+
+// StartZK starts an ensemble and returns once every server serves and the
+// topology's leader leads.
+func StartZK(ctx context.Context, opts ZKOptions) (*ZKCluster, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := startZK(ctx, opts)
+		if err == nil || !errors.Is(err, errPortTaken) || attempt == 3 {
+			return c, err
+		}
+	}
+}
+
+// StartZKT starts an ensemble for a test, fails the test if it cannot, and
+// closes it when the test ends.
+func StartZKT(tb interface {
+	Helper()
+	Fatal(...any)
+	Cleanup(func())
+}, opts ZKOptions) *ZKCluster {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := StartZK(ctx, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
+	if opts.Topology.Zones == nil {
+		opts.Topology = DefaultTopology(3)
+	}
+	if err := opts.Topology.validate(); err != nil {
+		return nil, err
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 90 * time.Second
+	}
+	if opts.TickTime == 0 {
+		opts.TickTime = 2 * time.Second
+	}
+	if opts.HeapMB == 0 {
+		opts.HeapMB = 192
+	}
+	if opts.ClassPath == "" {
+		opts.ClassPath = ZooKeeperClassPath
+	}
+	for _, jar := range strings.Split(opts.ClassPath, ":") {
+		if _, err := os.Stat(jar); err != nil {
+			return nil, fmt.Errorf("%w: %s", ErrNoZooKeeper, jar)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
+	defer cancel()
+
+	n := len(opts.Topology.Zones)
+	c := &ZKCluster{topo: opts.Topology, dir: opts.Dir, opts: opts}
+	ids := map[string]int{}
+	for i := range n {
+		ids[strconv.Itoa(i)] = i
+	}
+	c.net = &netState{Topo: opts.Topology, Extra: make([]linkExtra, n), IDs: ids}
+	if c.dir == "" {
+		if c.dir, err = os.MkdirTemp("", "oproute-zk-"); err != nil {
+			return nil, fmt.Errorf("testbed: %w", err)
+		}
+		c.ownDir = true
+	}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	if c.bin, err = memberBinary(ctx, c.dir); err != nil {
+		return nil, err
+	}
+
+	// Ports: each server's own three, its proxied client port, and for
+	// every other server a proxied quorum and election port.
+	peerProxy := make([][][2]int, n) // [to][from] → quorum, election proxy ports
+	for i, zone := range c.topo.Zones {
+		ports, err := freePorts(4 + 2*(n-1))
+		if err != nil {
+			return nil, err
+		}
+		s := &ZKServer{Index: i, Name: fmt.Sprintf("z%d", i), Zone: zone, SID: n - i,
+			clientPort: ports[0], quorumPort: ports[1], electionPort: ports[2], proxyClientPort: ports[3]}
+		peerProxy[i] = make([][2]int, n)
+		k := 4
+		for from := range n {
+			if from != i {
+				peerProxy[i][from] = [2]int{ports[k], ports[k+1]}
+				k += 2
+			}
+		}
+		c.servers = append(c.servers, s)
+	}
+	for i, s := range c.servers {
+		links := []zkLink{{Listen: s.proxyClientPort, Target: addr(s.clientPort), From: -1}}
+		for from := range n {
+			if from != i {
+				links = append(links,
+					zkLink{Listen: peerProxy[i][from][0], Target: addr(s.quorumPort), From: from},
+					zkLink{Listen: peerProxy[i][from][1], Target: addr(s.electionPort), From: from})
+			}
+		}
+		s.proxySpec = zkProxySpec{Index: i, Links: links}
+		if err := c.startProxies(ctx, s); err != nil {
+			return nil, err
+		}
+		if err := c.writeConfig(s, peerProxy); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range c.servers {
+		if err := c.launchJVM(s); err != nil {
+			return nil, err
+		}
+	}
+	for i := range c.servers {
+		if err := c.waitServing(ctx, i); err != nil {
+			return nil, err
+		}
+	}
+	if c.topo.Leader >= 0 {
+		if err := c.MoveLeader(ctx, c.topo.Leader); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func addr(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
+
+func (c *ZKCluster) serverDir(s *ZKServer) string { return filepath.Join(c.dir, s.Name) }
+
+// writeConfig writes s's zoo.cfg: its own ports as they are, every other
+// server's as the proxies of the links from s to it.
+func (c *ZKCluster) writeConfig(s *ZKServer, peerProxy [][][2]int) error {
+	dir := c.serverDir(s)
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
+		return fmt.Errorf("testbed: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "data", "myid"), []byte(strconv.Itoa(s.SID)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("testbed: %w", err)
+	}
+	tick := c.opts.TickTime.Milliseconds()
+	var b strings.Builder
+	fmt.Fprintf(&b, "tickTime=%d\ninitLimit=10\nsyncLimit=5\n", tick)
+	fmt.Fprintf(&b, "dataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n", filepath.Join(dir, "data"), s.clientPort)
+	// No fsync, as the etcd members run: the test bed measures routing,
+	// not disks. No admin server (Jetty on 8080 would clash between servers).
+	b.WriteString("forceSync=no\nadmin.enableServer=false\nmaxClientCnxns=0\n")
+	b.WriteString("4lw.commands.whitelist=srvr,stat,ruok,mntr,conf,cons\n")
+	for _, o := range c.servers {
+		q, e := o.quorumPort, o.electionPort
+		if o.Index != s.Index {
+			q, e = peerProxy[o.Index][s.Index][0], peerProxy[o.Index][s.Index][1]
+		}
+		fmt.Fprintf(&b, "server.%d=127.0.0.1:%d:%d\n", o.SID, q, e)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "zoo.cfg"), []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("testbed: %w", err)
+	}
+	log4j := "log4j.rootLogger=WARN, F\nlog4j.appender.F=org.apache.log4j.FileAppender\n" +
+		"log4j.appender.F.File=" + filepath.Join(dir, "server.log") + "\n" +
+		"log4j.appender.F.layout=org.apache.log4j.PatternLayout\n" +
+		"log4j.appender.F.layout.ConversionPattern=%d{ISO8601} %-5p [%t] %c{1}: %m%n\n"
+	if err := os.WriteFile(filepath.Join(dir, "log4j.properties"), []byte(log4j), 0o644); err != nil {
+		return fmt.Errorf("testbed: %w", err)
+	}
+	return nil
+}
+
+func (c *ZKCluster) startProxies(ctx context.Context, s *ZKServer) error {
+	c.netMu.Lock()
+	s.proxySpec.Net = c.net.clone()
+	spec, _ := json.Marshal(s.proxySpec)
+	c.netMu.Unlock()
+	cmd := exec.Command(c.bin)
+	cmd.Env = append(os.Environ(), zkProxyEnv+"="+string(spec))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := os.MkdirAll(c.serverDir(s), 0o755); err != nil {
+		return fmt.Errorf("testbed: %w", err)
+	}
+	p, err := startChild(cmd, filepath.Join(c.serverDir(s), "proxies.log"))
+	if err != nil {
+		return fmt.Errorf("testbed: %s proxies: %w", s.Name, err)
+	}
+	s.proxies = p
+	select {
+	case <-p.ready:
+		return nil
+	case <-p.exited:
+		log, _ := os.ReadFile(filepath.Join(c.serverDir(s), "proxies.log"))
+		err := fmt.Errorf("testbed: %s proxies exited: %s", s.Name, log)
+		if strings.Contains(string(log), "address already in use") {
+			err = fmt.Errorf("%w: %w", errPortTaken, err)
+		}
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("testbed: %s proxies not ready: %w", s.Name, ctx.Err())
+	}
+}
+
+// startChild starts cmd with stderr to logPath and its stdout read for the
+// ready line and control answers.
+func startChild(cmd *exec.Cmd, logPath string) (*process, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = logf
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	p := &process{cmd: cmd, stdin: stdin, ready: make(chan struct{}), replies: make(chan string, 16), exited: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == readyLine {
+				close(p.ready)
+				continue
+			}
+			select {
+			case p.replies <- sc.Text():
+			default: // nobody asked; drop
+			}
+		}
+	}()
+	go func() {
+		cmd.Wait()
+		logf.Close()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+func (c *ZKCluster) launchJVM(s *ZKServer) error {
+	dir := c.serverDir(s)
+	cmd := exec.Command("java",
+		fmt.Sprintf("-Xmx%dm", c.opts.HeapMB), "-Xms32m", "-XX:+UseSerialGC", "-XX:-UsePerfData",
+		"-Dzookeeper.log.dir="+dir, "-Dlog4j.configuration=file:"+filepath.Join(dir, "log4j.properties"),
+		"-cp", c.opts.ClassPath,
+		"org.apache.zookeeper.server.quorum.QuorumPeerMain", filepath.Join(dir, "zoo.cfg"))
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := os.OpenFile(filepath.Join(dir, "jvm.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("testbed: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return fmt.Errorf("testbed: start %s: %w", s.Name, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		out.Close()
+		close(exited)
+	}()
+	s.jvmMu.Lock()
+	s.jvm, s.exited = cmd, exited
+	s.jvmMu.Unlock()
+	s.paused.Store(false)
+	return nil
+}
+
+// waitServing polls srvr on server i until it serves as leader or follower.
+func (c *ZKCluster) waitServing(ctx context.Context, i int) error {
+	s := c.servers[i]
+	for {
+		st, err := c.Srvr(ctx, i)
+		if err == nil && (st.Mode == "leader" || st.Mode == "follower") {
+			return nil
+		}
+		s.jvmMu.Lock()
+		exited := s.exited
+		s.jvmMu.Unlock()
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(c.serverDir(s), "server.log"))
+			if len(log) > 3000 {
+				log = log[len(log)-3000:]
+			}
+			err := fmt.Errorf("testbed: %s exited during start-up: %s", s.Name, log)
+			if strings.Contains(string(log), "Address already in use") {
+				err = fmt.Errorf("%w: %w", errPortTaken, err)
+			}
+			return err
+		case <-ctx.Done():
+			return fmt.Errorf("testbed: %s not serving (last: %v): %w", s.Name, err, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Size returns the number of servers.
+func (c *ZKCluster) Size() int { return len(c.servers) }
+
+// Topology returns the ensemble's topology.
+func (c *ZKCluster) Topology() Topology { return c.topo }
+
+// Server returns server i.
+func (c *ZKCluster) Server(i int) *ZKServer { return c.servers[i] }
+
+// TickTime returns the servers' tick.
+func (c *ZKCluster) TickTime() time.Duration { return c.opts.TickTime }
+
+// Endpoints returns the client addresses (through the delay proxies), in
+// server order: the connect string clients get.
+func (c *ZKCluster) Endpoints() []string {
+	eps := make([]string, len(c.servers))
+	for i, s := range c.servers {
+		eps[i] = addr(s.proxyClientPort)
+	}
+	return eps
+}
+
+// DirectEndpoints returns the servers' own client ports, bypassing the
+// proxies: for administration.
+func (c *ZKCluster) DirectEndpoints() []string {
+	eps := make([]string, len(c.servers))
+	for i, s := range c.servers {
+		eps[i] = addr(s.clientPort)
+	}
+	return eps
+}
+
+// PID returns the JVM's process ID, 0 when it is not running.
+func (s *ZKServer) PID() int {
+	s.jvmMu.Lock()
+	defer s.jvmMu.Unlock()
+	if s.jvm == nil || s.jvm.Process == nil {
+		return 0
+	}
+	select {
+	case <-s.exited:
+		return 0
+	default:
+		return s.jvm.Process.Pid
+	}
+}
+
+// ProxyPID returns the process ID of the server's proxies.
+func (s *ZKServer) ProxyPID() int {
+	if s.proxies == nil {
+		return 0
+	}
+	return s.proxies.cmd.Process.Pid
+}
+
+// FourLetter sends a four-letter command to server i directly (not through
+// its proxy) and returns the answer.
+func (c *ZKCluster) FourLetter(ctx context.Context, i int, cmd string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	b, err := zk4lw.Send(ctx, nil, addr(c.servers[i].clientPort), cmd)
+	if err != nil {
+		return b, fmt.Errorf("z%d: %w", i, err)
+	}
+	return b, nil
+}
+
+// Srvr returns server i's srvr answer.
+func (c *ZKCluster) Srvr(ctx context.Context, i int) (zk4lw.Srvr, error) {
+	b, err := c.FourLetter(ctx, i, "srvr")
+	if err != nil {
+		return zk4lw.Srvr{}, err
+	}
+	return zk4lw.ParseSrvr(b)
+}
+
+// Mntr returns server i's mntr answer as key → value.
+func (c *ZKCluster) Mntr(ctx context.Context, i int) (map[string]string, error) {
+	b, err := c.FourLetter(ctx, i, "mntr")
+	if err != nil {
+		return nil, err
+	}
+	return zk4lw.ParseMntr(b), nil
+}
+
+// Leader returns the index of the server whose srvr says "Mode: leader";
+// ErrNoLeader when none does.
+func (c *ZKCluster) Leader(ctx context.Context) (int, error) {
+	for i, s := range c.servers {
+		if s.PID() == 0 || s.paused.Load() {
+			continue
+		}
+		if st, err := c.Srvr(ctx, i); err == nil && st.Mode == "leader" {
+			return i, nil
+		}
+	}
+	return -1, ErrNoLeader
+}
+
+// WaitLeader polls until a server leads and every other running server
+// serves, and returns the leader.
+func (c *ZKCluster) WaitLeader(ctx context.Context) (int, error) {
+	for {
+		l, err := c.Leader(ctx)
+		if err == nil {
+			serving := true
+			for i, s := range c.servers {
+				if i == l || s.PID() == 0 || s.paused.Load() {
+					continue
+				}
+				if st, err := c.Srvr(ctx, i); err != nil || st.Mode != "follower" {
+					serving = false
+				}
+			}
+			if serving {
+				return l, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return -1, fmt.Errorf("testbed: waiting for a ZooKeeper leader: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// MoveLeader makes server to the leader. ZooKeeper 3.8 has no leadership
+// transfer, so this restarts the leader until to wins an election (it
+// prefers the highest zxid, then the highest myid). It gives up after a
+// few elections.
+func (c *ZKCluster) MoveLeader(ctx context.Context, to int) error {
+	for range 2 * len(c.servers) {
+		l, err := c.WaitLeader(ctx)
+		if err != nil {
+			return err
+		}
+		if l == to {
+			return nil
+		}
+		if err := c.Kill(l); err != nil {
+			return err
+		}
+		if _, err := c.WaitLeader(ctx); err != nil {
+			return err
+		}
+		if err := c.Restart(ctx, l); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("testbed: z%d did not win an election: %w", to, ErrNoLeader)
+}
+
+func (c *ZKCluster) setNet(change func(*netState)) {
+	c.netMu.Lock()
+	defer c.netMu.Unlock()
+	next := c.net.clone()
+	change(next)
+	c.net = next
+	for _, s := range c.servers {
+		s.askMu.Lock()
+		s.proxies.ask(control{Net: next}, 5*time.Second)
+		s.askMu.Unlock()
+	}
+}
+
+// Degrade adds delay and jitter to every link of server i, both ways:
+// its client link and its peer links. Zero removes it.
+func (c *ZKCluster) Degrade(i int, delay, jitter time.Duration) {
+	c.setNet(func(n *netState) { n.Extra[i].Delay, n.Extra[i].Jitter = delay, jitter })
+}
+
+// Blackhole drops every byte on server i's links while on.
+func (c *ZKCluster) Blackhole(i int, on bool) {
+	c.setNet(func(n *netState) { n.Extra[i].Blackhole = on })
+}
+
+// BlackholeClients drops every byte on every client link while on (peer
+// links keep working): the client is cut off from the whole ensemble.
+func (c *ZKCluster) BlackholeClients(on bool) {
+	c.setNet(func(n *netState) { n.ClientsCut = on })
+}
+
+// ClientConnections returns how many client connections server i's proxy
+// has accepted.
+func (c *ZKCluster) ClientConnections(i int) uint64 {
+	s := c.servers[i]
+	s.askMu.Lock()
+	defer s.askMu.Unlock()
+	r, err := s.proxies.ask(control{Query: "accepted"}, 5*time.Second)
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	fmt.Sscanf(r, "accepted %d", &n)
+	return n
+}
+
+// Pause freezes server i's JVM (SIGSTOP): its TCP connections stay open
+// and its kernel still accepts new ones; nothing answers.
+func (c *ZKCluster) Pause(i int) error {
+	if err := c.signal(i, syscall.SIGSTOP); err != nil {
+		return err
+	}
+	c.servers[i].paused.Store(true)
+	return nil
+}
+
+// Resume continues a paused server (SIGCONT).
+func (c *ZKCluster) Resume(i int) error {
+	if err := c.signal(i, syscall.SIGCONT); err != nil {
+		return err
+	}
+	c.servers[i].paused.Store(false)
+	return nil
+}
+
+func (c *ZKCluster) signal(i int, sig syscall.Signal) error {
+	pid := c.servers[i].PID()
+	if pid == 0 {
+		return fmt.Errorf("%w: z%d", ErrNotRunning, i)
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return fmt.Errorf("testbed: signal z%d: %w", i, err)
+	}
+	return nil
+}
+
+// Kill crashes server i's JVM (SIGKILL) and waits for it to end.
+func (c *ZKCluster) Kill(i int) error {
+	s := c.servers[i]
+	s.jvmMu.Lock()
+	cmd, exited := s.jvm, s.exited
+	s.jvmMu.Unlock()
+	if cmd == nil {
+		return fmt.Errorf("%w: z%d", ErrNotRunning, i)
+	}
+	select {
+	case <-exited:
+		return fmt.Errorf("%w: z%d", ErrNotRunning, i)
+	default:
+	}
+	cmd.Process.Kill()
+	<-exited
+	return nil
+}
+
+// Restart starts a killed server again on its data and waits until it
+// serves.
+func (c *ZKCluster) Restart(ctx context.Context, i int) error {
+	if c.servers[i].PID() != 0 {
+		return fmt.Errorf("testbed: z%d is running", i)
+	}
+	if err := c.launchJVM(c.servers[i]); err != nil {
+		return err
+	}
+	return c.waitServing(ctx, i)
+}
+
+// Close kills every server and proxy process and removes the directory it
+// created.
+func (c *ZKCluster) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	for _, s := range c.servers {
+		s.jvmMu.Lock()
+		cmd, exited := s.jvm, s.exited
+		s.jvmMu.Unlock()
+		if cmd != nil {
+			syscall.Kill(cmd.Process.Pid, syscall.SIGCONT)
+			cmd.Process.Kill()
+			<-exited
+		}
+		if p := s.proxies; p != nil {
+			p.cmd.Process.Kill()
+			p.stdin.Close()
+			<-p.exited
+		}
+	}
+	if c.ownDir {
+		return os.RemoveAll(c.dir)
+	}
+	return nil
+}
