@@ -86,5 +86,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("LeaderKilledUnderLoad", func(t *testing.T) { testLeaderChange(t, h, true) })
 	t.Run("DegradedMemberLeavesAndRejoins", func(t *testing.T) { testDegraded(t, h) })
 	t.Run("AllEquallySlowNobodyEjected", func(t *testing.T) { testAllSlow(t, h) })
+	t.Run("LinearizableUnderLeaderChange", func(t *testing.T) { testLinearizable(t, h, leaderChangeFault) })
+	t.Run("LinearizableUnderDegradedMember", func(t *testing.T) { testLinearizable(t, h, degradedFault) })
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, h) })
 }

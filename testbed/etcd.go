@@ -158,15 +158,17 @@ func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 	c.http = &http.Client{Transport: &http.Transport{TLSClientConfig: c.ClientTLS()}, Timeout: 5 * time.Second}
 
 	var initial []string
+	// All ports at once: ports released between picks can be picked again.
+	allPorts, err := freePorts(4 * len(c.topo.Zones))
+	if err != nil {
+		return nil, err
+	}
 	for i, zone := range c.topo.Zones {
 		m := &EtcdMember{Index: i, Name: fmt.Sprintf("m%d", i), Zone: zone}
 		c.members = append(c.members, m)
 		// The member listens on the first two ports; its own proxies, which
 		// clients and peers are told about, on the other two.
-		ports, err := freePorts(4)
-		if err != nil {
-			return nil, err
-		}
+		ports := allPorts[4*i : 4*i+4]
 		m.spec = memberSpec{
 			Index:           i,
 			Name:            m.Name,

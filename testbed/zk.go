@@ -170,11 +170,14 @@ func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
 	// Ports: each server's own three, its proxied client port, and for
 	// every other server a proxied quorum and election port.
 	peerProxy := make([][][2]int, n) // [to][from] → quorum, election proxy ports
+	// All ports at once: ports released between picks can be picked again.
+	per := 4 + 2*(n-1)
+	allPorts, err := freePorts(n * per)
+	if err != nil {
+		return nil, err
+	}
 	for i, zone := range c.topo.Zones {
-		ports, err := freePorts(4 + 2*(n-1))
-		if err != nil {
-			return nil, err
-		}
+		ports := allPorts[i*per : (i+1)*per]
 		s := &ZKServer{Index: i, Name: fmt.Sprintf("z%d", i), Zone: zone, SID: n - i,
 			clientPort: ports[0], quorumPort: ports[1], electionPort: ports[2], proxyClientPort: ports[3]}
 		peerProxy[i] = make([][2]int, n)

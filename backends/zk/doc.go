@@ -4,15 +4,17 @@
 //
 //   - Writes (Create, Set, Delete, Multi, SetACL) go to the leader, which
 //     orders them; a follower would only forward them.
+//
 //   - Linearizable reads (Get, Exists, Children, their watch variants,
 //     GetACL) are Sync(path) and then the read on the same session: the
 //     sync makes the chosen server catch up with the leader, after which it
 //     serves the read from its own copy. They are spread over the healthy
 //     servers; a server whose reads drift far above the others' (a grey
 //     failure) leaves the read pool until it recovers (package router).
+//
 //   - WithStaleReads makes reads plain ZooKeeper reads with no sync.
 //
-//	conn, events, err := zk.Connect([]string{"z1:2181", "z2:2181", "z3:2181"}, 10*time.Second)
+//     conn, events, err := zk.Connect([]string{"z1:2181", "z2:2181", "z3:2181"}, 10*time.Second)
 //
 // # Sessions
 //

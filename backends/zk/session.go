@@ -144,7 +144,24 @@ func (s *session) dial(network, addr string, timeout time.Duration) (net.Conn, e
 	s.conn = conn
 	s.connMu.Unlock()
 	s.cur.Store(int32(s.c.byAddr[addr]))
-	return conn, nil
+	return cappedConn{conn, s.c.sessionTimeout}, nil
+}
+
+// cappedConn caps read deadlines at the session timeout. go-zookeeper waits
+// ten receive timeouts (6.7 session timeouts) for a handshake answer: a
+// server that swallowed the handshake (frozen, or partitioned while the
+// client reconnected) would hold the session that long, and it would
+// expire meanwhile.
+type cappedConn struct {
+	net.Conn
+	max time.Duration
+}
+
+func (c cappedConn) SetReadDeadline(t time.Time) error {
+	if !t.IsZero() && time.Until(t) > c.max {
+		t = time.Now().Add(c.max)
+	}
+	return c.Conn.SetReadDeadline(t)
 }
 
 // kick closes the session's TCP connection: requests in flight fail with

@@ -3,6 +3,7 @@ package zk_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -13,9 +14,23 @@ import (
 	"github.com/oproute/oproute/testbed"
 )
 
-func connect(t *testing.T, c *testbed.ZKCluster, opts ...ozk.Option) *ozk.Conn {
+
+const sessionTimeout = 6 * time.Second
+
+func connect(t *testing.T, c *testbed.ZKCluster, opts ...ozk.Option) (*ozk.Conn, <-chan zk.Event) {
 	t.Helper()
-	conn, _, err := ozk.Connect(c.Endpoints(), sessionTimeout, opts...)
+	conn, events, err := ozk.Connect(c.Endpoints(), sessionTimeout, append([]ozk.Option{ozk.WithLogger(quiet{})}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	return conn, events
+}
+
+// direct is a plain go-zookeeper client on server i's own port (no proxy).
+func direct(t *testing.T, c *testbed.ZKCluster, i int) *zk.Conn {
+	t.Helper()
+	conn, _, err := zk.Connect([]string{c.DirectEndpoints()[i]}, sessionTimeout, zk.WithLogger(quiet{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,39 +38,298 @@ func connect(t *testing.T, c *testbed.ZKCluster, opts ...ozk.Option) *ozk.Conn {
 	return conn
 }
 
-func TestSmoke(t *testing.T) {
+func poll(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > within {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func counts(t *testing.T, c *testbed.ZKCluster, key string) []uint64 {
+	t.Helper()
+	out := make([]uint64, c.Size())
+	for i := range out {
+		m, err := c.Mntr(context.Background(), i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i], _ = strconv.ParseUint(m[key], 10, 64)
+	}
+	return out
+}
+
+func TestAPIAndErrors(t *testing.T) {
 	c := testbed.StartZKT(t, testbed.ZKOptions{})
-	conn := connect(t, c)
-	acl := zk.WorldACL(zk.PermAll)
+	conn, _ := connect(t, c)
 	if _, err := conn.Create("/a", []byte("1"), 0, acl); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Create("/a", []byte("1"), 0, acl); err != zk.ErrNodeExists {
-		t.Fatalf("second create: %v, want zk.ErrNodeExists", err)
+	if _, err := conn.Create("/a", nil, 0, acl); err != zk.ErrNodeExists {
+		t.Fatalf("second Create: %v, want zk.ErrNodeExists itself", err)
 	}
-	for i := range 300 {
+	if _, err := conn.Set("/a", []byte("2"), 7); err != zk.ErrBadVersion {
+		t.Fatalf("Set at a wrong version: %v, want zk.ErrBadVersion", err)
+	}
+	if _, _, err := conn.Get("/missing"); err != zk.ErrNoNode {
+		t.Fatalf("Get missing: %v, want zk.ErrNoNode", err)
+	}
+	if ok, _, err := conn.Exists("/a"); !ok || err != nil {
+		t.Fatalf("Exists: %v %v", ok, err)
+	}
+	if _, err := conn.Create("/a/b", nil, 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	if ch, _, err := conn.Children("/a"); err != nil || len(ch) != 1 || ch[0] != "b" {
+		t.Fatalf("Children: %v %v", ch, err)
+	}
+	if err := conn.Delete("/a", -1); err != zk.ErrNotEmpty {
+		t.Fatalf("Delete with children: %v, want zk.ErrNotEmpty", err)
+	}
+	res, err := conn.Multi(&zk.CheckVersionRequest{Path: "/a", Version: 99}, &zk.SetDataRequest{Path: "/a", Data: []byte("x"), Version: -1})
+	if err == nil || len(res) != 2 || res[0].Error != zk.ErrBadVersion || !errors.Is(res[1].Error, ozk.ErrMultiRolledBack) {
+		t.Fatalf("failed Multi: %+v %v", res, err)
+	}
+	if _, err := conn.Multi(&zk.SetDataRequest{Path: "/a", Data: []byte("m"), Version: -1}, &zk.DeleteRequest{Path: "/a/b", Version: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if d, _, err := conn.Get("/a"); err != nil || string(d) != "m" {
+		t.Fatalf("after Multi: %q %v", d, err)
+	}
+	p, err := conn.CreateProtectedEphemeralSequential("/a/lock-", nil, acl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, st, err := conn.Exists(p); err != nil || st.EphemeralOwner != conn.SessionID() {
+		t.Fatalf("protected ephemeral %s: owner %x, session %x, %v", p, st.EphemeralOwner, conn.SessionID(), err)
+	}
+
+	// Server side: writes reached the leader only, reads all three.
+	w0, r0 := counts(t, c, "zk_cnt_updatelatency"), counts(t, c, "zk_cnt_readlatency")
+	for i := range 150 {
 		if _, err := conn.Set("/a", []byte{byte(i)}, -1); err != nil {
 			t.Fatal(err)
 		}
-		d, _, err := conn.Get("/a")
-		if err != nil || d[0] != byte(i) {
-			t.Fatalf("get %d: %v %v", i, d, err)
+		if d, _, err := conn.Get("/a"); err != nil || d[0] != byte(i) {
+			t.Fatalf("read-your-write %d: %v %v", i, d, err)
 		}
 	}
-	if _, _, err := conn.Get("/nope"); err != zk.ErrNoNode {
-		t.Fatalf("get missing: %v", err)
+	w1, r1 := counts(t, c, "zk_cnt_updatelatency"), counts(t, c, "zk_cnt_readlatency")
+	t.Logf("server side: writes %v → %v, reads %v → %v", w0, w1, r0, r1)
+	if w1[0]-w0[0] < 150 || w1[1]-w0[1] > 1 || w1[2]-w0[2] > 1 {
+		t.Errorf("writes did not all go to the leader z0: %v → %v", w0, w1)
 	}
-	st := conn.Stats()
-	for _, m := range st.Members {
-		t.Logf("%s leader=%v ops=%v", m.Member.ID, m.Leader, m.Ops)
+	for i := range r1 {
+		if r1[i]-r0[i] < 40 { // 150 reads, 2 requests each (sync, get), over 3
+			t.Errorf("z%d served %d read requests, want its share of 300", i, r1[i]-r0[i])
+		}
 	}
-	t.Logf("sessions per server %v", conn.SessionServers())
-	for i := range c.Size() {
-		m, _ := c.Mntr(context.Background(), i)
-		t.Logf("z%d reads %s writes %s", i, m["zk_cnt_readlatency"], m["zk_cnt_updatelatency"])
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := conn.SetContext(ctx, "/a", nil, -1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Set: %v", err)
 	}
-	_ = errors.Is
-	_ = router.Hybrid
+	conn.Close()
+	if _, _, err := conn.Get("/a"); !errors.Is(err, ozk.ErrClosed) || !errors.Is(err, zk.ErrClosing) {
+		t.Fatalf("Get after Close: %v", err)
+	}
+	for _, bad := range [][]string{nil, {""}, {"a:1", "a:1"}, {"h:notaport:x"}} {
+		if _, _, err := ozk.Connect(bad, time.Second); err == nil {
+			t.Errorf("Connect(%q) succeeded", bad)
+		}
+	}
+	if _, _, err := ozk.Connect(c.Endpoints(), 0); !errors.Is(err, router.ErrInvalidConfig) {
+		t.Errorf("zero session timeout: %v", err)
+	}
 }
 
-const sessionTimeout = 6 * time.Second
+// An ephemeral node lives on the primary session, which follows the leader
+// to its new server and keeps its session.
+func TestEphemeralSurvivesLeaderChange(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	conn, _ := connect(t, c)
+	eps := c.Endpoints()
+	if _, err := conn.Create("/eph", []byte("x"), zk.FlagEphemeral, acl); err != nil {
+		t.Fatal(err)
+	}
+	sid := conn.SessionID()
+	if conn.Server() != eps[0] {
+		t.Fatalf("primary session on %s, want the leader %s", conn.Server(), eps[0])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.MoveLeader(ctx, 1); err != nil { // kills z0, then restarts it
+		t.Fatal(err)
+	}
+	took := poll(t, 10*time.Second, "primary session follows the leader to z1", func() bool {
+		return conn.Server() == eps[1] && conn.State() == zk.StateHasSession
+	})
+	t.Logf("primary session on the new leader %v after the change", took)
+	if conn.SessionID() != sid {
+		t.Fatalf("session changed: %x → %x", sid, conn.SessionID())
+	}
+	_, st, err := direct(t, c, 2).Get("/eph")
+	if err != nil || st.EphemeralOwner != sid {
+		t.Fatalf("ephemeral after the leader change: owner %x (session %x), %v", st.EphemeralOwner, sid, err)
+	}
+	if _, err := conn.Set("/eph", []byte("y"), -1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A watch set through a follower fires for a change made after that
+// follower died: its session moved and re-registered the watch.
+func TestWatchFiresAfterMemberLoss(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	conn, _ := connect(t, c)
+	eps := c.Endpoints()
+	if _, err := conn.Create("/w", []byte("0"), 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	_, _, ch, err := conn.GetWContext(ozk.WithMember(context.Background(), eps[1]), "/w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Kill(1); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "z1's session moves", func() bool { return conn.SessionServers()[1] == 0 })
+	if _, err := direct(t, c, 0).Set("/w", []byte("1"), -1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-ch:
+		if ev.Type != zk.EventNodeDataChanged || ev.Path != "/w" {
+			t.Fatalf("watch event %+v", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch did not fire after its server was lost")
+	}
+}
+
+// Expiry of the primary session is an event, and the Conn then refuses
+// every call rather than carrying on with a new session.
+func TestSessionExpiryReported(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	expiredSeen := make(chan struct{}, 1)
+	conn, events := connect(t, c, ozk.WithEventCallback(func(ev zk.Event) {
+		if ev.State == zk.StateExpired {
+			select {
+			case expiredSeen <- struct{}{}:
+			default:
+			}
+		}
+	}))
+	if _, err := conn.Create("/mine", nil, zk.FlagEphemeral, acl); err != nil {
+		t.Fatal(err)
+	}
+	admin := direct(t, c, 0)
+	c.BlackholeClients(true)
+	// The servers expire the session after its timeout without pings.
+	poll(t, 3*sessionTimeout, "the server expires the session", func() bool {
+		ok, _, err := admin.Exists("/mine")
+		return err == nil && !ok
+	})
+	c.BlackholeClients(false)
+	select {
+	case <-expiredSeen:
+	case <-time.After(2 * sessionTimeout):
+		t.Fatal("no StateExpired event")
+	}
+	sawOnChannel := false
+	for len(events) > 0 {
+		if ev := <-events; ev.State == zk.StateExpired {
+			sawOnChannel = true
+		}
+	}
+	if !sawOnChannel {
+		t.Error("StateExpired not on the event channel")
+	}
+	if conn.State() != zk.StateExpired {
+		t.Errorf("State() = %v", conn.State())
+	}
+	if _, err := conn.Create("/mine", nil, zk.FlagEphemeral, acl); err != zk.ErrSessionExpired {
+		t.Fatalf("Create after expiry: %v, want zk.ErrSessionExpired", err)
+	}
+	if _, _, err := conn.Get("/"); err != zk.ErrSessionExpired {
+		t.Fatalf("Get after expiry: %v, want zk.ErrSessionExpired", err)
+	}
+}
+
+// sticky is go-zookeeper's own behaviour: one session on one server.
+func TestStickyOneServer(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	conn, _ := connect(t, c, ozk.WithPolicy(router.Sticky))
+	if _, err := conn.Create("/s", nil, 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	w0, r0 := counts(t, c, "zk_cnt_updatelatency"), counts(t, c, "zk_cnt_readlatency")
+	for i := range 100 {
+		if _, err := conn.Set("/s", []byte{byte(i)}, -1); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := conn.Get("/s"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w1, r1 := counts(t, c, "zk_cnt_updatelatency"), counts(t, c, "zk_cnt_readlatency")
+	used := 0
+	for i := range w1 {
+		if w1[i] > w0[i] || r1[i] > r0[i] {
+			used++
+		}
+	}
+	sessions := conn.SessionServers()
+	t.Logf("server side: writes %v → %v, reads %v → %v; sessions per server %v", w0, w1, r0, r1, sessions)
+	if used != 1 {
+		t.Errorf("sticky used %d servers, want 1", used)
+	}
+	total := 0
+	for _, n := range sessions {
+		total += n
+	}
+	if total != 1 {
+		t.Errorf("sticky holds %d sessions, want 1", total)
+	}
+}
+
+// A frozen follower (SIGSTOP: TCP open, nothing answers) must not stall
+// reads for long: probes time out, its sessions move, reads in flight there
+// are retried elsewhere.
+func TestFrozenServerDoesNotStall(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	conn, _ := connect(t, c)
+	if _, err := conn.Create("/f", []byte("x"), 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	for range 30 { // sessions on every server
+		if _, _, err := conn.Get("/f"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Pause(1); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Resume(1)
+	var worst time.Duration
+	deadline := time.Now().Add(4 * time.Second)
+	for n := 0; time.Now().Before(deadline); n++ {
+		start := time.Now()
+		if _, _, err := conn.Get("/f"); err != nil {
+			t.Fatalf("read %d with z1 frozen: %v", n, err)
+		}
+		worst = max(worst, time.Since(start))
+	}
+	t.Logf("slowest read with a frozen follower: %v", worst)
+	if worst > 3*time.Second {
+		t.Errorf("a read took %v with a frozen follower, want < 3 s", worst)
+	}
+	if conn.Stats().Members[1].Reachable {
+		t.Error("frozen follower still reachable to the router")
+	}
+}
