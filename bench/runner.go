@@ -51,7 +51,12 @@ type Progress interface {
 // Runner runs scenarios, reusing one cluster per size.
 type Runner struct {
 	opts     Options
-	clusters map[int]Cluster
+	clusters map[clusterKey]Cluster
+}
+
+type clusterKey struct {
+	backend string
+	nodes   int
 }
 
 // NewRunner checks opts and returns a runner. Close it to stop its clusters.
@@ -85,7 +90,7 @@ func NewRunner(opts Options) (*Runner, error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
-	return &Runner{opts: opts, clusters: map[int]Cluster{}}, nil
+	return &Runner{opts: opts, clusters: map[clusterKey]Cluster{}}, nil
 }
 
 // Close stops the clusters the runner started.
@@ -105,12 +110,19 @@ type plannedScenario struct {
 	variants []variant
 	trials   int
 	workload Workload
+	backend  Backend
 }
 
 // plan resolves a scenario against the options.
 func (r *Runner) plan(name string) (plannedScenario, error) {
 	def := scenarioDefs()[name]
-	ps := plannedScenario{def: def, nodes: r.opts.Nodes, policies: def.policies, baseline: def.baseline, variants: def.variants, trials: r.opts.Trials, workload: r.opts.Workload}
+	ps := plannedScenario{def: def, nodes: r.opts.Nodes, policies: def.policies, baseline: def.baseline, variants: def.variants, trials: r.opts.Trials, workload: r.opts.Workload, backend: r.opts.Backend}
+	if def.backend != "" && def.backend != r.opts.Backend.Name() {
+		if len(r.opts.Endpoints) > 0 {
+			return ps, fmt.Errorf("scenario %s runs on %s, not on the %s cluster given", name, def.backend, r.opts.Backend.Name())
+		}
+		ps.backend = builtinBackends[def.backend]
+	}
 	if def.fixedNodes {
 		ps.nodes = def.nodes
 	}
@@ -189,26 +201,30 @@ func (r *Runner) Run(ctx context.Context, names ...string) ([]*Comparison, error
 	return out, nil
 }
 
-func (r *Runner) cluster(ctx context.Context, nodes int) (Cluster, error) {
-	if c := r.clusters[nodes]; c != nil {
+// builtinBackends serve scenarios bound to a backend other than --backend.
+var builtinBackends = map[string]Backend{"etcd": Etcd{}, "zk": ZooKeeper{}}
+
+func (r *Runner) cluster(ctx context.Context, be Backend, nodes int) (Cluster, error) {
+	key := clusterKey{be.Name(), nodes}
+	if c := r.clusters[key]; c != nil {
 		return c, nil
 	}
 	var c Cluster
 	var err error
 	if len(r.opts.Endpoints) > 0 {
-		c, err = r.opts.Backend.Attach(ctx, r.opts.Endpoints)
+		c, err = be.Attach(ctx, r.opts.Endpoints)
 	} else {
 		topo := testbed.DefaultTopology(nodes)
 		if r.opts.Topology != nil {
 			topo = *r.opts.Topology
 		}
-		r.opts.Logf("starting a %d-member %s cluster on the test bed (zones %v)", nodes, r.opts.Backend.Name(), topo.Zones)
-		c, err = r.opts.Backend.Start(ctx, topo)
+		r.opts.Logf("starting a %d-member %s cluster on the test bed (zones %v)", nodes, be.Name(), topo.Zones)
+		c, err = be.Start(ctx, topo)
 	}
 	if err != nil {
 		return nil, err
 	}
-	r.clusters[nodes] = c
+	r.clusters[key] = c
 	return c, nil
 }
 
@@ -230,7 +246,7 @@ func (r *Runner) settle(ctx context.Context, cl Cluster) error {
 }
 
 func (r *Runner) runScenario(ctx context.Context, ps plannedScenario) ([]*Comparison, error) {
-	cl, err := r.cluster(ctx, ps.nodes)
+	cl, err := r.cluster(ctx, ps.backend, ps.nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -353,7 +369,7 @@ func (r *Runner) runOne(ctx context.Context, cl Cluster, ps plannedScenario, w W
 		return Result{}, err
 	}
 	res := out.res
-	res.Scenario, res.Backend, res.Policy, res.Trial = ps.def.name, r.opts.Backend.Name(), policy, trial+1
+	res.Scenario, res.Backend, res.Policy, res.Trial = ps.def.name, ps.backend.Name(), policy, trial+1
 	res.Variant = variant
 	return res, nil
 }

@@ -13,19 +13,21 @@ import (
 
 // Scenario names.
 const (
-	ScenarioQuick     = "quick"
-	ScenarioHealthy   = "healthy"
-	ScenarioDegraded  = "degraded"
-	ScenarioFiveNode  = "five-node"
-	ScenarioLoadSweep = "load-sweep"
-	ScenarioReadSize  = "read-size"
-	ScenarioFailover  = "failover"
-	ScenarioAll       = "all"
+	ScenarioQuick      = "quick"
+	ScenarioHealthy    = "healthy"
+	ScenarioDegraded   = "degraded"
+	ScenarioFiveNode   = "five-node"
+	ScenarioLoadSweep  = "load-sweep"
+	ScenarioReadSize   = "read-size"
+	ScenarioFailover   = "failover"
+	ScenarioZKHealthy  = "zk-healthy"
+	ScenarioZKDegraded = "zk-degraded"
+	ScenarioAll        = "all"
 )
 
 // Scenarios lists the scenario names in the order "all" runs them.
 func Scenarios() []string {
-	return []string{ScenarioHealthy, ScenarioDegraded, ScenarioFiveNode, ScenarioLoadSweep, ScenarioReadSize, ScenarioFailover}
+	return []string{ScenarioHealthy, ScenarioDegraded, ScenarioFiveNode, ScenarioLoadSweep, ScenarioReadSize, ScenarioFailover, ScenarioZKHealthy, ScenarioZKDegraded}
 }
 
 // ErrUnknownScenario is returned for a name not in Scenarios().
@@ -56,6 +58,9 @@ type scenarioDef struct {
 	// failover marks the leader-kill scenario.
 	failover bool
 	notes    []string
+	// backend, when set, is the backend the scenario runs on whatever
+	// --backend says ("zk" for the ZooKeeper tables).
+	backend string
 }
 
 func mix(ratio float64) variant {
@@ -133,6 +138,31 @@ func scenarioDefs() map[string]scenarioDef {
 					WriteP50, WriteP99, Throughput, Errors,
 				}
 			},
+		},
+		{
+			name: ScenarioZKHealthy, section: "IV-J, Table V", desc: "ZooKeeper 3-node ensemble, 80/20: round_robin, boltzmann, hybrid",
+			backend:  "zk",
+			policies: []string{router.RoundRobin, router.Boltzmann, router.Hybrid}, baseline: router.RoundRobin,
+			variants: []variant{mix(0.8)}, metrics: standardMetrics(0),
+			notes: []string{"A linearizable read is sync() then the read, two client round trips on the same session; server-side read counts include the syncs."},
+		},
+		{
+			name: ScenarioZKDegraded, section: "IV-J, Table VI", desc: "ZooKeeper: sticky session on the same-zone follower z1, which gets +8 ms ± 2 ms on every link, vs hybrid",
+			backend:  "zk",
+			policies: []string{router.Sticky, router.Hybrid}, baseline: router.Sticky,
+			variants: []variant{mix(0.8)}, faults: true,
+			metrics: func(int) []Metric {
+				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), MemberWriteShare(0), ClientCPU, ServerCPU}
+			},
+			prepare: func(_ context.Context, cl Cluster) error {
+				cl.Faults().Degrade(degradedMember, 8*time.Millisecond, 2*time.Millisecond)
+				return nil
+			},
+			cleanup: func(_ context.Context, cl Cluster) error {
+				cl.Faults().Degrade(degradedMember, 0, 0)
+				return nil
+			},
+			notes: []string{"sticky is the stock ZooKeeper client's shape: one session on one server (pinned to the same-zone follower, as in the paper), writes forwarded from there."},
 		},
 	}
 	out := map[string]scenarioDef{}

@@ -15,4 +15,11 @@
 // X-Server-From header of etcd's raft connections, so each pair of members
 // gets its own delay. Knobs add delay to one member's links, blackhole them,
 // pause (SIGSTOP), kill (SIGKILL), restart a member, and move leadership.
+//
+// ZooKeeper ensembles (StartZK) are real QuorumPeerMain JVMs from Debian's
+// zookeeper package. Each server's proxies run in a process of their own
+// (this binary re-executed). ZooKeeper's peer connections do not name their
+// sender, so each server's zoo.cfg names, for every other server, the proxy
+// of that one link: every ordered pair of servers gets its own delay on the
+// quorum and election ports, as etcd's members do.
 package testbed

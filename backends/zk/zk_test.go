@@ -14,7 +14,6 @@ import (
 	"github.com/oproute/oproute/testbed"
 )
 
-
 const sessionTimeout = 6 * time.Second
 
 func connect(t *testing.T, c *testbed.ZKCluster, opts ...ozk.Option) (*ozk.Conn, <-chan zk.Event) {

@@ -48,7 +48,7 @@ func run() error {
 	fs.IntVar(&w.RangeSize, "range-size", w.RangeSize, "keys per read")
 	fs.IntVar(&w.ConnsPerMember, "conns", w.ConnsPerMember, "connections per member, the same for every policy")
 	fs.Uint64Var(&w.Seed, "seed", w.Seed, "seed of the key choices")
-	backend := fs.String("backend", "etcd", "store: etcd")
+	backend := fs.String("backend", "etcd", "store: etcd or zk (ZooKeeper from Debian's zookeeper package); the zk-* scenarios always run on zk")
 	memberCPU := fs.Float64("member-cpu", 0, "cores each test-bed member may use (cgroup quota), as if on its own machine; 0: share the host's")
 	nodes := fs.Int("nodes", 3, "members, for scenarios without a fixed size (3 or 5)")
 	topoFile := fs.String("topology", "", "JSON topology file (zones, one-way delays), replacing the default")
@@ -86,8 +86,13 @@ func run() error {
 	switch *backend {
 	case "etcd":
 		be = bench.Etcd{MemberCPU: *memberCPU}
+	case "zk":
+		if *memberCPU != 0 {
+			return fmt.Errorf("--member-cpu is for etcd members only")
+		}
+		be = bench.ZooKeeper{}
 	default:
-		return fmt.Errorf("unknown backend %q (want etcd)", *backend)
+		return fmt.Errorf("unknown backend %q (want etcd or zk)", *backend)
 	}
 	opts := bench.Options{Backend: be, Workload: w, Set: set, Trials: *trials, Nodes: *nodes, Logf: logf}
 	if *policies != "" {
@@ -133,7 +138,11 @@ func run() error {
 func headerText(opts bench.Options, scenario string) string {
 	w := opts.Workload
 	var b strings.Builder
-	fmt.Fprintf(&b, "routebench: backend %s, scenario %s, %d trial(s) per policy, interleaved\n", opts.Backend.Name(), scenario, opts.Trials)
+	backend := opts.Backend.Name()
+	if strings.Contains(scenario, "zk-") || scenario == bench.ScenarioAll {
+		backend += " (zk-* scenarios: zk)"
+	}
+	fmt.Fprintf(&b, "routebench: backend %s, scenario %s, %d trial(s) per policy, interleaved\n", backend, scenario, opts.Trials)
 	fmt.Fprintf(&b, "workload: %.0f%% reads, %d keys, %d-byte values, %d key(s) per read, %d closed-loop workers (default %d: two cores saturate near 64), %v measured after %v warm-up, %d connections per member\n",
 		100*w.ReadRatio, w.Keys, w.ValueSize, w.RangeSize, w.Workers, bench.DefaultWorkers, w.Duration, w.Warmup, w.ConnsPerMember)
 	if len(opts.Endpoints) > 0 {
@@ -143,7 +152,7 @@ func headerText(opts bench.Options, scenario string) string {
 		if opts.Topology != nil {
 			topo = *opts.Topology
 		}
-		fmt.Fprintf(&b, "cluster: test bed on 127.0.0.1, zones %v, client in zone %s, one-way %v in a zone and %v across (±%.0f%% jitter); each member its own process\n",
+		fmt.Fprintf(&b, "cluster: test bed on 127.0.0.1, zones %v, client in zone %s, one-way %v in a zone and %v across (±%.0f%% jitter), peer links shaped alike; each member its own process\n",
 			topo.Zones, topo.ClientZone, time.Duration(topo.SameZone), time.Duration(topo.CrossZone), 100*topo.Jitter)
 	}
 	fmt.Fprintf(&b, "machine: %d CPUs, %s; latencies are closed-loop service times (see bench docs)\n", runtime.NumCPU(), runtime.Version())

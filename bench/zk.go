@@ -1,0 +1,276 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	ozk "github.com/oproute/oproute/backends/zk"
+	"github.com/oproute/oproute/internal/zk4lw"
+	"github.com/oproute/oproute/router"
+	"github.com/oproute/oproute/testbed"
+)
+
+// ZooKeeper is the ZooKeeper backend: ensembles of real servers from
+// Debian's zookeeper package on the test bed, or an existing ensemble.
+type ZooKeeper struct{}
+
+// Name returns "zk".
+func (ZooKeeper) Name() string { return "zk" }
+
+// SessionTimeout is the benchmark clients' session timeout.
+const SessionTimeout = 10 * time.Second
+
+// Start starts an ensemble on the test bed.
+func (ZooKeeper) Start(ctx context.Context, topo testbed.Topology) (Cluster, error) {
+	tb, err := testbed.StartZK(ctx, testbed.ZKOptions{Topology: topo})
+	if err != nil {
+		return nil, err
+	}
+	return &zkCluster{tb: tb, endpoints: tb.Endpoints(), admin: tb.DirectEndpoints(), zones: topo.Zones, clientZone: topo.ClientZone}, nil
+}
+
+// Attach uses an existing ensemble (host:port servers).
+func (ZooKeeper) Attach(ctx context.Context, endpoints []string) (Cluster, error) {
+	if len(endpoints) == 0 {
+		return nil, ozk.ErrNoServers
+	}
+	c := &zkCluster{endpoints: endpoints, admin: endpoints}
+	if _, err := c.Leader(ctx); err != nil {
+		return nil, fmt.Errorf("bench: attach %v: %w", endpoints, err)
+	}
+	return c, nil
+}
+
+type zkCluster struct {
+	tb         *testbed.ZKCluster // nil when attached
+	endpoints  []string
+	admin      []string // where four-letter words go: the servers' own ports
+	zones      []string
+	clientZone string
+}
+
+func (c *zkCluster) Size() int           { return len(c.endpoints) }
+func (c *zkCluster) Endpoints() []string { return c.endpoints }
+
+func (c *zkCluster) Faults() Faults {
+	if c.tb == nil {
+		return nil
+	}
+	return zkFaults{c.tb, c.zones}
+}
+
+func (c *zkCluster) srvr(ctx context.Context, i int) (zk4lw.Srvr, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	b, err := zk4lw.Send(ctx, nil, c.admin[i], "srvr")
+	if err != nil {
+		return zk4lw.Srvr{}, err
+	}
+	return zk4lw.ParseSrvr(b)
+}
+
+func (c *zkCluster) Leader(ctx context.Context) (int, error) {
+	if c.tb != nil {
+		return c.tb.Leader(ctx)
+	}
+	for i := range c.admin {
+		if st, err := c.srvr(ctx, i); err == nil && st.Mode == "leader" {
+			return i, nil
+		}
+	}
+	return -1, testbed.ErrNoLeader
+}
+
+// Served counts the requests each server's own sessions made (mntr's
+// latency summaries count a request where its session is): updates are
+// writes, reads include each linearizable read's sync.
+func (c *zkCluster) Served(ctx context.Context) ([]Served, error) {
+	out := make([]Served, len(c.admin))
+	for i, addr := range c.admin {
+		if c.tb != nil && c.tb.Server(i).PID() == 0 {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		b, err := zk4lw.Send(cctx, nil, addr, "mntr")
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		m := zk4lw.ParseMntr(b)
+		w, _ := strconv.ParseUint(m["zk_cnt_updatelatency"], 10, 64)
+		r, _ := strconv.ParseUint(m["zk_cnt_readlatency"], 10, 64)
+		out[i] = Served{Writes: w, Reads: r}
+	}
+	return out, nil
+}
+
+func (c *zkCluster) ServerCPU() []time.Duration {
+	if c.tb == nil {
+		return nil
+	}
+	out := make([]time.Duration, c.tb.Size())
+	for i := range out {
+		s := c.tb.Server(i)
+		for _, pid := range []int{s.PID(), s.ProxyPID()} {
+			if pid != 0 {
+				d, _ := testbed.ProcessCPU(pid)
+				out[i] += d
+			}
+		}
+	}
+	return out
+}
+
+func (c *zkCluster) Close() error {
+	if c.tb != nil {
+		return c.tb.Close()
+	}
+	return nil
+}
+
+// stickyMember is the server a sticky session is pinned to, as in the
+// paper's Table VI: a follower in the client's zone.
+func (c *zkCluster) stickyMember(ctx context.Context) string {
+	leader, _ := c.Leader(ctx)
+	for i, z := range c.zones {
+		if z == c.clientZone && i != leader {
+			return c.endpoints[i]
+		}
+	}
+	return ""
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(string, ...any) {}
+
+func (c *zkCluster) Connect(ctx context.Context, policy string, _ int) (Client, error) {
+	routed := policy
+	if policy == Oracle || policy == StaticLeader {
+		routed = router.Hybrid
+	}
+	opts := []ozk.Option{ozk.WithPolicy(routed), ozk.WithConnectTimeout(10 * time.Second), ozk.WithLogger(quietLogger{})}
+	if c.clientZone != "" {
+		zones := map[string]string{}
+		for i, ep := range c.endpoints {
+			zones[ep] = c.zones[i]
+		}
+		opts = append(opts, ozk.WithZones(c.clientZone, zones))
+	}
+	if policy == router.Sticky {
+		if m := c.stickyMember(ctx); m != "" {
+			opts = append(opts, ozk.WithRouterConfig(func(rc *router.Config) { rc.StickyMember = m }))
+		}
+	}
+	conn, _, err := ozk.Connect(c.endpoints, SessionTimeout, opts...)
+	if err != nil {
+		return nil, err
+	}
+	zc := &zkClient{conn: conn}
+	if policy != Oracle && policy != StaticLeader {
+		return zc, nil
+	}
+	if policy == Oracle && c.tb == nil {
+		conn.Close()
+		return nil, errors.New("bench: the oracle needs the test bed's view of the leader")
+	}
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	zc.pinned.Store(int64(leader))
+	zc.endpoints = c.endpoints
+	if policy == Oracle {
+		zc.stop = make(chan struct{})
+		zc.wg.Go(func() {
+			t := time.NewTicker(50 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-zc.stop:
+					return
+				case <-t.C:
+					lctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					if l, err := c.Leader(lctx); err == nil {
+						zc.pinned.Store(int64(l))
+					}
+					cancel()
+				}
+			}
+		})
+	}
+	return zc, nil
+}
+
+type zkClient struct {
+	conn      *ozk.Conn
+	endpoints []string // set when writes are pinned
+	pinned    atomic.Int64
+	stop      chan struct{}
+	wg        sync.WaitGroup
+}
+
+var zkACL = zk.WorldACL(zk.PermAll)
+
+func znode(key string) string { return "/" + strings.ReplaceAll(key, "/", "_") }
+
+func (c *zkClient) Write(ctx context.Context, key string, value []byte) error {
+	if c.endpoints != nil {
+		ctx = ozk.WithMember(ctx, c.endpoints[c.pinned.Load()])
+	}
+	p := znode(key)
+	for {
+		_, err := c.conn.SetContext(ctx, p, value, -1)
+		if err != zk.ErrNoNode {
+			return err
+		}
+		if _, err = c.conn.CreateContext(ctx, p, value, 0, zkACL); err != zk.ErrNodeExists {
+			return err
+		}
+	}
+}
+
+// ErrNoRanges: ZooKeeper has no range reads.
+var ErrNoRanges = errors.New("bench: ZooKeeper has no range reads")
+
+func (c *zkClient) Read(ctx context.Context, key, end string) error {
+	if end != "" {
+		return ErrNoRanges
+	}
+	_, _, err := c.conn.GetContext(ctx, znode(key))
+	if err == zk.ErrNoNode {
+		return nil
+	}
+	return err
+}
+
+func (c *zkClient) Stats() router.Stats { return c.conn.Stats() }
+
+func (c *zkClient) Close() error {
+	if c.stop != nil {
+		close(c.stop)
+		c.wg.Wait()
+	}
+	c.conn.Close()
+	return nil
+}
+
+type zkFaults struct {
+	tb    *testbed.ZKCluster
+	zones []string
+}
+
+func (f zkFaults) Degrade(i int, delay, jitter time.Duration)   { f.tb.Degrade(i, delay, jitter) }
+func (f zkFaults) Kill(i int) error                             { return f.tb.Kill(i) }
+func (f zkFaults) Restart(ctx context.Context, i int) error     { return f.tb.Restart(ctx, i) }
+func (f zkFaults) MoveLeader(ctx context.Context, to int) error { return f.tb.MoveLeader(ctx, to) }
+func (f zkFaults) Zones() []string                              { return f.zones }
