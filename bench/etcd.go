@@ -2,11 +2,9 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -162,11 +160,7 @@ func (c *etcdCluster) Close() error {
 }
 
 func (c *etcdCluster) Connect(ctx context.Context, policy string, conns int) (Client, error) {
-	routed := policy
-	if policy == Oracle || policy == StaticLeader {
-		routed = router.Hybrid
-	}
-	opts := []etcd.Option{etcd.WithPolicy(routed), etcd.WithConnsPerMember(conns)}
+	opts := []etcd.Option{etcd.WithPolicy(routedPolicy(policy)), etcd.WithConnsPerMember(conns)}
 	if c.clientZone != "" {
 		zones := map[string]string{}
 		for i, ep := range c.endpoints {
@@ -179,58 +173,21 @@ func (c *etcdCluster) Connect(ctx context.Context, policy string, conns int) (Cl
 		return nil, err
 	}
 	ec := &etcdClient{cli: cli}
-	if policy != Oracle && policy != StaticLeader {
-		return ec, nil
-	}
-	// Oracle and StaticLeader pin writes to the leader of now; the oracle
-	// keeps following the servers' view, the static cache never looks again.
-	if policy == Oracle && c.tb == nil {
-		cli.Close()
-		return nil, errors.New("bench: the oracle needs the test bed's view of the leader")
-	}
-	leader, err := c.Leader(ctx)
-	if err != nil {
+	if err := ec.pin.start(ctx, policy, c, c.tb != nil); err != nil {
 		cli.Close()
 		return nil, err
-	}
-	ec.pinned.Store(int64(leader))
-	ec.endpoints = c.endpoints
-	if policy == Oracle {
-		ec.stop = make(chan struct{})
-		ec.wg.Go(func() { ec.followLeader(c) })
 	}
 	return ec, nil
 }
 
 type etcdClient struct {
-	cli       *etcd.Client
-	endpoints []string     // set when writes are pinned
-	pinned    atomic.Int64 // index of the member writes go to
-	stop      chan struct{}
-	wg        sync.WaitGroup
-}
-
-// followLeader keeps the oracle's pin on the leader as the servers report it.
-func (c *etcdClient) followLeader(cl *etcdCluster) {
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			if l, err := cl.Leader(ctx); err == nil {
-				c.pinned.Store(int64(l))
-			}
-			cancel()
-		}
-	}
+	cli *etcd.Client
+	pin writePin
 }
 
 func (c *etcdClient) Write(ctx context.Context, key string, value []byte) error {
-	if c.endpoints != nil {
-		ctx = etcd.WithMember(ctx, c.endpoints[c.pinned.Load()])
+	if m := c.pin.member(); m != "" {
+		ctx = etcd.WithMember(ctx, m)
 	}
 	_, err := c.cli.Put(ctx, key, string(value))
 	return err
@@ -249,10 +206,7 @@ func (c *etcdClient) Read(ctx context.Context, key, end string) error {
 func (c *etcdClient) Stats() router.Stats { return c.cli.Stats() }
 
 func (c *etcdClient) Close() error {
-	if c.stop != nil {
-		close(c.stop)
-		c.wg.Wait()
-	}
+	c.pin.close()
 	return c.cli.Close()
 }
 

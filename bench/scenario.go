@@ -76,6 +76,14 @@ func standardMetrics(leader int) func(int) []Metric {
 // degradedMember is the same-zone follower of the default topology.
 const degradedMember = 1
 
+// degrade returns a scenario step that sets member i's extra delay.
+func degrade(i int, delay, jitter time.Duration) func(context.Context, Cluster) error {
+	return func(_ context.Context, cl Cluster) error {
+		cl.Faults().Degrade(i, delay, jitter)
+		return nil
+	}
+}
+
 func scenarioDefs() map[string]scenarioDef {
 	defs := []scenarioDef{
 		{
@@ -95,14 +103,8 @@ func scenarioDefs() map[string]scenarioDef {
 			metrics: func(int) []Metric {
 				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), MemberWriteShare(0), ClientCPU, ServerCPU}
 			},
-			prepare: func(_ context.Context, cl Cluster) error {
-				cl.Faults().Degrade(degradedMember, 8*time.Millisecond, 2*time.Millisecond)
-				return nil
-			},
-			cleanup: func(_ context.Context, cl Cluster) error {
-				cl.Faults().Degrade(degradedMember, 0, 0)
-				return nil
-			},
+			prepare: degrade(degradedMember, 8*time.Millisecond, 2*time.Millisecond),
+			cleanup: degrade(degradedMember, 0, 0),
 		},
 		{
 			name: ScenarioFiveNode, section: "IV-H, Table IV", desc: "5 members in 3 zones, 80/20",
@@ -154,15 +156,9 @@ func scenarioDefs() map[string]scenarioDef {
 			metrics: func(int) []Metric {
 				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), MemberWriteShare(0), ClientCPU, ServerCPU}
 			},
-			prepare: func(_ context.Context, cl Cluster) error {
-				cl.Faults().Degrade(degradedMember, 8*time.Millisecond, 2*time.Millisecond)
-				return nil
-			},
-			cleanup: func(_ context.Context, cl Cluster) error {
-				cl.Faults().Degrade(degradedMember, 0, 0)
-				return nil
-			},
-			notes: []string{"sticky is the stock ZooKeeper client's shape: one session on one server (pinned to the same-zone follower, as in the paper), writes forwarded from there."},
+			prepare: degrade(degradedMember, 8*time.Millisecond, 2*time.Millisecond),
+			cleanup: degrade(degradedMember, 0, 0),
+			notes:   []string{"sticky is the stock ZooKeeper client's shape: one session on one server (pinned to the same-zone follower, as in the paper), writes forwarded from there."},
 		},
 	}
 	out := map[string]scenarioDef{}

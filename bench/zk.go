@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -153,11 +151,7 @@ type quietLogger struct{}
 func (quietLogger) Printf(string, ...any) {}
 
 func (c *zkCluster) Connect(ctx context.Context, policy string, _ int) (Client, error) {
-	routed := policy
-	if policy == Oracle || policy == StaticLeader {
-		routed = router.Hybrid
-	}
-	opts := []ozk.Option{ozk.WithPolicy(routed), ozk.WithConnectTimeout(10 * time.Second), ozk.WithLogger(quietLogger{})}
+	opts := []ozk.Option{ozk.WithPolicy(routedPolicy(policy)), ozk.WithConnectTimeout(10 * time.Second), ozk.WithLogger(quietLogger{})}
 	if c.clientZone != "" {
 		zones := map[string]string{}
 		for i, ep := range c.endpoints {
@@ -175,48 +169,16 @@ func (c *zkCluster) Connect(ctx context.Context, policy string, _ int) (Client, 
 		return nil, err
 	}
 	zc := &zkClient{conn: conn}
-	if policy != Oracle && policy != StaticLeader {
-		return zc, nil
-	}
-	if policy == Oracle && c.tb == nil {
-		conn.Close()
-		return nil, errors.New("bench: the oracle needs the test bed's view of the leader")
-	}
-	leader, err := c.Leader(ctx)
-	if err != nil {
+	if err := zc.pin.start(ctx, policy, c, c.tb != nil); err != nil {
 		conn.Close()
 		return nil, err
-	}
-	zc.pinned.Store(int64(leader))
-	zc.endpoints = c.endpoints
-	if policy == Oracle {
-		zc.stop = make(chan struct{})
-		zc.wg.Go(func() {
-			t := time.NewTicker(50 * time.Millisecond)
-			defer t.Stop()
-			for {
-				select {
-				case <-zc.stop:
-					return
-				case <-t.C:
-					lctx, cancel := context.WithTimeout(context.Background(), time.Second)
-					if l, err := c.Leader(lctx); err == nil {
-						zc.pinned.Store(int64(l))
-					}
-					cancel()
-				}
-			}
-		})
 	}
 	return zc, nil
 }
 
 type zkClient struct {
-	conn      *ozk.Conn
-	endpoints []string // set when writes are pinned
-	pinned    atomic.Int64
-	stop      chan struct{}
-	wg        sync.WaitGroup
+	conn *ozk.Conn
+	pin  writePin
 }
 
 var zkACL = zk.WorldACL(zk.PermAll)
@@ -224,8 +186,8 @@ var zkACL = zk.WorldACL(zk.PermAll)
 func znode(key string) string { return "/" + strings.ReplaceAll(key, "/", "_") }
 
 func (c *zkClient) Write(ctx context.Context, key string, value []byte) error {
-	if c.endpoints != nil {
-		ctx = ozk.WithMember(ctx, c.endpoints[c.pinned.Load()])
+	if m := c.pin.member(); m != "" {
+		ctx = ozk.WithMember(ctx, m)
 	}
 	p := znode(key)
 	for {
@@ -256,10 +218,7 @@ func (c *zkClient) Read(ctx context.Context, key, end string) error {
 func (c *zkClient) Stats() router.Stats { return c.conn.Stats() }
 
 func (c *zkClient) Close() error {
-	if c.stop != nil {
-		close(c.stop)
-		c.wg.Wait()
-	}
+	c.pin.close()
 	c.conn.Close()
 	return nil
 }

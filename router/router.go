@@ -328,6 +328,33 @@ func (r *Router) Reachable(idx int) bool {
 	return slices.Contains(r.snap.Load().reachable, idx)
 }
 
+// WaitProbed waits until the leader is known or every member has answered
+// a probe, so that routing is right from the first call. It fails with
+// ErrUnreachable only if no member answers within timeout; if some did, it
+// returns nil (the leader may come later).
+func (r *Router) WaitProbed(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		st := r.Stats()
+		answered := 0
+		for _, m := range st.Members {
+			if m.ProbeOK {
+				answered++
+			}
+		}
+		switch {
+		case st.Leader != "" || answered == len(st.Members):
+			return nil
+		case time.Now().After(deadline):
+			if answered > 0 {
+				return nil
+			}
+			return fmt.Errorf("%w: no member answered within %v", ErrUnreachable, timeout)
+		}
+		time.Sleep(5 * time.Millisecond) // a start-up wait, not on any hot path
+	}
+}
+
 // Rounds returns how many probe rounds have completed.
 func (r *Router) Rounds() uint64 { return r.rounds.Load() }
 

@@ -1,7 +1,6 @@
 package testbed
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -263,52 +262,17 @@ func (c *EtcdCluster) launch(m *EtcdMember) error {
 	cmd := exec.Command(c.bin)
 	cmd.Env = append(os.Environ(), memberEnv+"="+string(spec))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	logf, err := os.OpenFile(filepath.Join(c.dir, m.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, err := startChild(cmd, filepath.Join(c.dir, m.Name+".log"))
 	if err != nil {
-		return fmt.Errorf("testbed: %w", err)
-	}
-	cmd.Stderr = logf
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		logf.Close()
-		return fmt.Errorf("testbed: %w", err)
-	}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		logf.Close()
-		return fmt.Errorf("testbed: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
 		return fmt.Errorf("testbed: start %s: %w", m.Name, err)
 	}
 	if c.limits != nil {
 		if err := c.limits[m.Index].add(cmd.Process.Pid); err != nil {
 			cmd.Process.Kill()
-			cmd.Wait()
-			logf.Close()
+			<-p.exited
 			return err
 		}
 	}
-	p := &process{cmd: cmd, stdin: stdin, ready: make(chan struct{}), replies: make(chan string, 16), exited: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if sc.Text() == readyLine {
-				close(p.ready)
-				continue
-			}
-			select {
-			case p.replies <- sc.Text():
-			default: // nobody asked; drop
-			}
-		}
-	}()
-	go func() {
-		cmd.Wait()
-		logf.Close()
-		close(p.exited)
-	}()
 	m.procMu.Lock()
 	m.proc = p
 	m.procMu.Unlock()
@@ -631,12 +595,16 @@ func (c *EtcdCluster) Resume(i int) error {
 }
 
 func (c *EtcdCluster) signal(i int, sig syscall.Signal) error {
-	pid := c.members[i].PID()
+	return signalProcess(fmt.Sprintf("m%d", i), c.members[i].PID(), sig)
+}
+
+// signalProcess signals a server's process; pid 0 means it is not running.
+func signalProcess(name string, pid int, sig syscall.Signal) error {
 	if pid == 0 {
-		return fmt.Errorf("%w: m%d", ErrNotRunning, i)
+		return fmt.Errorf("%w: %s", ErrNotRunning, name)
 	}
 	if err := syscall.Kill(pid, sig); err != nil {
-		return fmt.Errorf("testbed: signal m%d: %w", i, err)
+		return fmt.Errorf("testbed: signal %s: %w", name, err)
 	}
 	return nil
 }

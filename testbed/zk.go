@@ -619,14 +619,7 @@ func (c *ZKCluster) Resume(i int) error {
 }
 
 func (c *ZKCluster) signal(i int, sig syscall.Signal) error {
-	pid := c.servers[i].PID()
-	if pid == 0 {
-		return fmt.Errorf("%w: z%d", ErrNotRunning, i)
-	}
-	if err := syscall.Kill(pid, sig); err != nil {
-		return fmt.Errorf("testbed: signal z%d: %w", i, err)
-	}
-	return nil
+	return signalProcess(fmt.Sprintf("z%d", i), c.servers[i].PID(), sig)
 }
 
 // Kill crashes server i's JVM (SIGKILL) and waits for it to end.

@@ -162,30 +162,13 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// waitReachable waits until the router knows the leader or every member has
-// answered a probe, so that routing is right from the first call; it fails
+// waitReachable waits until the router has probed the members; it fails
 // only if no member answers within timeout.
 func (c *Client) waitReachable(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		st := c.router.Stats()
-		answered := 0
-		for _, m := range st.Members {
-			if m.ProbeOK {
-				answered++
-			}
-		}
-		switch {
-		case st.Leader != "" || answered == len(st.Members):
-			return nil
-		case time.Now().After(deadline):
-			if answered > 0 {
-				return nil // usable; the leader may come later
-			}
-			return fmt.Errorf("%w within %v: %v", ErrUnreachable, timeout, c.Endpoints())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if err := c.router.WaitProbed(timeout); err != nil {
+		return fmt.Errorf("%w within %v: %v", ErrUnreachable, timeout, c.Endpoints())
 	}
+	return nil
 }
 
 // hostPort turns an etcd endpoint ("http://h:p", "https://h:p", "h:p") into

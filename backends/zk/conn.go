@@ -189,9 +189,9 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 		return nil, nil, fmt.Errorf("oproute/zk: %w", err)
 	}
 	c.r = r
-	if err := c.waitProbed(o.connectTimeout); err != nil {
+	if err := r.WaitProbed(o.connectTimeout); err != nil {
 		r.Close()
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%w within %v: %v", ErrUnreachable, o.connectTimeout, c.addrs)
 	}
 	if c.primary, err = c.newSession("primary", -1, c.onPrimaryEvent); err != nil {
 		r.Close()
@@ -218,31 +218,6 @@ func hostPort(srv string) (string, error) {
 		return srv + ":2181", nil
 	}
 	return srv, nil
-}
-
-// waitProbed waits until the leader is known or every server has answered
-// a probe; it fails only if no server answers within timeout.
-func (c *Conn) waitProbed(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		st := c.r.Stats()
-		answered := 0
-		for _, m := range st.Members {
-			if m.ProbeOK {
-				answered++
-			}
-		}
-		switch {
-		case st.Leader != "" || answered == len(st.Members):
-			return nil
-		case time.Now().After(deadline):
-			if answered > 0 {
-				return nil // usable; the leader may come later
-			}
-			return fmt.Errorf("%w within %v: %v", ErrUnreachable, timeout, c.addrs)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // probe asks a server for its role with the srvr four-letter command, over

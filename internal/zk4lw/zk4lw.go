@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -56,9 +57,14 @@ func Send(ctx context.Context, dial Dialer, addr, cmd string) ([]byte, error) {
 	return b, nil
 }
 
+// ctxErr reports a failure caused by ctx as ctx's error. The connection's
+// deadline is ctx's, and may fire a moment before ctx itself says so.
 func ctxErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
 	}
 	return err
 }
