@@ -135,6 +135,9 @@ func (r *Runner) plan(name string) (plannedScenario, error) {
 			return ps, fmt.Errorf("scenario %s: %w", name, ErrNeedsTestbed)
 		}
 	}
+	if ps.backend.Name() == "zk" && ps.workload.RangeSize > 1 {
+		return ps, fmt.Errorf("scenario %s: %w (--range-size %d)", name, ErrNoRanges, ps.workload.RangeSize)
+	}
 	if len(r.opts.Policies) > 0 {
 		ps.policies, ps.baseline = r.opts.Policies, r.opts.Policies[0]
 	}
@@ -145,6 +148,9 @@ func (r *Runner) plan(name string) (plannedScenario, error) {
 	// Flags the user set win over the scenario's variants.
 	var kept []variant
 	for _, v := range ps.variants {
+		if ps.backend.Name() == "zk" && slices.Contains(v.fields, "range-size") {
+			continue // ZooKeeper has no range reads
+		}
 		overridden := false
 		for _, f := range v.fields {
 			overridden = overridden || r.opts.Set[f]

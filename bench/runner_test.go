@@ -151,3 +151,41 @@ func TestQuickRunEndToEnd(t *testing.T) {
 		}
 	}
 }
+
+func TestPlanBackends(t *testing.T) {
+	r, err := NewRunner(Options{Backend: Etcd{}, Workload: DefaultWorkload()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := r.plan(ScenarioZKDegraded)
+	if err != nil || ps.backend.Name() != "zk" {
+		t.Fatalf("zk-degraded with --backend etcd: backend %v, %v; want zk", ps.backend, err)
+	}
+	if ps, _ = r.plan(ScenarioHealthy); ps.backend.Name() != "etcd" {
+		t.Fatalf("healthy ran on %s", ps.backend.Name())
+	}
+
+	zr, err := NewRunner(Options{Backend: ZooKeeper{}, Workload: DefaultWorkload()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err = zr.plan(ScenarioReadSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range ps.variants {
+		if strings.HasPrefix(v.label, "range") {
+			t.Errorf("read-size on zk keeps range variant %q", v.label)
+		}
+	}
+	w := DefaultWorkload()
+	w.RangeSize = 10
+	zr, _ = NewRunner(Options{Backend: ZooKeeper{}, Workload: w, Set: map[string]bool{"range-size": true}})
+	if _, err := zr.plan(ScenarioQuick); !errors.Is(err, ErrNoRanges) {
+		t.Fatalf("--range-size 10 on zk: %v, want ErrNoRanges", err)
+	}
+	er, _ := NewRunner(Options{Backend: Etcd{}, Workload: DefaultWorkload(), Endpoints: []string{"127.0.0.1:2379"}})
+	if _, err := er.plan(ScenarioZKHealthy); err == nil {
+		t.Fatal("zk-healthy against given etcd endpoints planned")
+	}
+}
