@@ -332,3 +332,48 @@ func TestFrozenServerDoesNotStall(t *testing.T) {
 		t.Error("frozen follower still reachable to the router")
 	}
 }
+
+// A frozen leader (SIGSTOP) stops writes until ZooKeeper replaces it
+// (syncLimit × tickTime, 10 s here): the Conn must then write through the
+// new leader on the same session, not wait out go-zookeeper's timeouts.
+func TestFrozenLeader(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	conn, _ := connect(t, c)
+	if _, err := conn.Create("/fl", nil, zk.FlagEphemeral, acl); err != nil {
+		t.Fatal(err)
+	}
+	sid := conn.SessionID()
+	if err := c.Pause(0); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	defer c.Resume(0)
+	var newLeader time.Duration
+	ok := time.Duration(0)
+	for time.Since(paused) < 40*time.Second {
+		if newLeader == 0 {
+			for i := 1; i < 3; i++ {
+				if st, err := c.Srvr(context.Background(), i); err == nil && st.Mode == "leader" {
+					newLeader = time.Since(paused)
+				}
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := conn.SetContext(ctx, "/fl", []byte("x"), -1)
+		cancel()
+		if err == nil {
+			ok = time.Since(paused)
+			break
+		}
+	}
+	t.Logf("leader frozen: new leader after %v, first write after %v", newLeader, ok)
+	if ok == 0 {
+		t.Fatal("no write succeeded within 40 s of freezing the leader")
+	}
+	if newLeader > 0 && ok-newLeader > 3*time.Second {
+		t.Errorf("first write %v after the new leader existed, want ≤ 3 s", ok-newLeader)
+	}
+	if conn.SessionID() != sid {
+		t.Errorf("session changed: %x → %x", sid, conn.SessionID())
+	}
+}
