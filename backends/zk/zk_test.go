@@ -377,3 +377,56 @@ func TestFrozenLeader(t *testing.T) {
 		t.Errorf("session changed: %x → %x", sid, conn.SessionID())
 	}
 }
+
+// Round robin spreads one goroutine's writes over three sessions; each is
+// applied before the next starts, so version-checked writes never conflict,
+// and linearizable reads through any server see the latest. Stale reads
+// skip the sync: one request per read at the server, not two.
+func TestOrderAcrossSessionsAndStaleReads(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	conn, _ := connect(t, c, ozk.WithPolicy(router.RoundRobin))
+	if _, err := conn.Create("/o", []byte("0"), 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	version := int32(0)
+	for i := 1; i <= 60; i++ {
+		st, err := conn.Set("/o", []byte(strconv.Itoa(i)), version)
+		if err != nil {
+			t.Fatalf("write %d at version %d: %v", i, version, err)
+		}
+		version = st.Version
+		d, _, err := conn.Get("/o")
+		if err != nil || string(d) != strconv.Itoa(i) {
+			t.Fatalf("read after write %d: %q %v", i, d, err)
+		}
+	}
+	if used := conn.SessionServers(); used[0] == 0 || used[1] == 0 || used[2] == 0 {
+		t.Errorf("round robin did not use every server: sessions %v", used)
+	}
+
+	stale, _ := connect(t, c, ozk.WithStaleReads())
+	if _, _, err := stale.Get("/o"); err != nil { // sessions in place
+		t.Fatal(err)
+	}
+	for range 10 {
+		stale.Get("/o")
+	}
+	r0 := counts(t, c, "zk_cnt_readlatency")
+	const reads = 90
+	for range reads {
+		if _, _, err := stale.Get("/o"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r1 := counts(t, c, "zk_cnt_readlatency")
+	total := uint64(0)
+	for i := range r1 {
+		total += r1[i] - r0[i]
+	}
+	if total < reads || total > reads+5 {
+		t.Errorf("%d stale reads made %d read requests at the servers, want %d (no syncs)", reads, total, reads)
+	}
+	if st := stale.Stats(); st.Members[0].Ops[router.StaleRead] == 0 || st.Members[0].Ops[router.LinearizableRead] != 0 {
+		t.Errorf("stale reads not classed as such: %+v", st.Members[0].Ops)
+	}
+}
