@@ -14,7 +14,11 @@
 //
 //   - WithStaleReads makes reads plain ZooKeeper reads with no sync.
 //
-//     conn, events, err := zk.Connect([]string{"z1:2181", "z2:2181", "z3:2181"}, 10*time.Second)
+// The read pool's MinEjectGap defaults to DefaultMinEjectGap (10 ms): a
+// linearizable read is two client round trips here, so a server one zone
+// away is several milliseconds slower with nothing wrong with it.
+//
+//	conn, events, err := zk.Connect([]string{"z1:2181", "z2:2181", "z3:2181"}, 10*time.Second)
 //
 // # Sessions
 //
@@ -40,6 +44,10 @@
 //     and they are never retried).
 //   - A member session that had to leave its server goes back when the
 //     server answers again.
+//   - A frozen leader stops writes until ZooKeeper replaces it (syncLimit ×
+//     tickTime); the primary session then reaches the new leader at once
+//     (its HostProvider backs off 10 to 250 ms between passes, not
+//     go-zookeeper's second) and keeps its session if ZooKeeper does.
 //
 // What that means for ZooKeeper's guarantees:
 //
