@@ -137,7 +137,7 @@ func testLinearizable(t *testing.T, h Harness, fault func(t *testing.T, c Cluste
 			}
 		})
 	}
-	poll(t, 10*time.Second, "history under way", func() bool {
+	Poll(t, 10*time.Second, "history under way", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(history) > 200
@@ -146,7 +146,7 @@ func testLinearizable(t *testing.T, h Harness, fault func(t *testing.T, c Cluste
 	mu.Lock()
 	at := len(history)
 	mu.Unlock()
-	poll(t, 20*time.Second, "history after the fault", func() bool {
+	Poll(t, 20*time.Second, "history after the fault", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(history) > at+300

@@ -111,8 +111,10 @@ func (l *load) ackedWrites() map[string]string {
 	return out
 }
 
-// poll calls cond every 25 ms until it holds or within passes.
-func poll(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
+// Poll calls cond every 25 ms until it holds, failing t if within passes
+// first, and returns how long it took: a deadline-bounded wait for tests of
+// any backend, never a sleep standing in for synchronisation.
+func Poll(t testing.TB, within time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for !cond() {

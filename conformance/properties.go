@@ -28,7 +28,7 @@ func connect(t *testing.T, h Harness, endpoints []string, policy string) Client 
 func waitLeaderKnown(t *testing.T, cli Client, c Cluster, want int) {
 	t.Helper()
 	ep := c.Endpoints()[want]
-	poll(t, 5*time.Second, "router learns the leader "+ep, func() bool { return cli.Stats().Leader == ep })
+	Poll(t, 5*time.Second, "router learns the leader "+ep, func() bool { return cli.Stats().Leader == ep })
 }
 
 // servedAll reads every member's own counts; dead (a killed member) counts
@@ -164,7 +164,7 @@ func testLeaderChange(t *testing.T, h Harness, kill bool) {
 	}
 	waitLeaderKnown(t, cli, c, old)
 	l := startLoad(t, cli, 4, 0.5, "change")
-	poll(t, 10*time.Second, "load under way", func() bool { return len(l.ackedWrites()) > 50 })
+	Poll(t, 10*time.Second, "load under way", func() bool { return len(l.ackedWrites()) > 50 })
 
 	target := (old + 1) % 3
 	if kill {
@@ -176,12 +176,12 @@ func testLeaderChange(t *testing.T, h Harness, kill bool) {
 	}
 	// t0: the first moment the servers agree on a new leader.
 	var next int
-	poll(t, 15*time.Second, "a new leader", func() bool {
+	Poll(t, 15*time.Second, "a new leader", func() bool {
 		next, err = c.Leader(ctx)
 		return err == nil && next != old
 	})
 	t0 := time.Now()
-	poll(t, 5*time.Second, "a write after the new leader", func() bool {
+	Poll(t, 5*time.Second, "a write after the new leader", func() bool {
 		_, ok := l.firstWriteAfter(t0)
 		return ok
 	})
@@ -194,7 +194,7 @@ func testLeaderChange(t *testing.T, h Harness, kill bool) {
 	// Writes picked before the router knew the new leader went round robin;
 	// let them finish before counting where writes go.
 	known := time.Now()
-	poll(t, 2*opTimeout, "operations from before the leader was known finish", func() bool { return !l.startedBefore(known) })
+	Poll(t, 2*opTimeout, "operations from before the leader was known finish", func() bool { return !l.startedBefore(known) })
 
 	// Writes now go to the new leader (server side).
 	var dead []int
@@ -202,7 +202,7 @@ func testLeaderChange(t *testing.T, h Harness, kill bool) {
 		dead = []int{old}
 	}
 	before := servedAll(t, c, dead...)
-	poll(t, 10*time.Second, "writes after the change", func() bool {
+	Poll(t, 10*time.Second, "writes after the change", func() bool {
 		d := delta(servedAll(t, c, dead...), before)
 		return d[next].Writes >= 100
 	})
@@ -255,11 +255,11 @@ func testDegraded(t *testing.T, h Harness) {
 	waitLeaderKnown(t, cli, c, leader)
 	slow := (leader + 1) % 3 // the same-zone follower in the default topology
 	startLoad(t, cli, 4, 0.8, "degraded")
-	poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[slow].Reads() > 100 })
+	Poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[slow].Reads() > 100 })
 
 	c.Degrade(slow, 8*time.Millisecond, 2*time.Millisecond)
 	degradedAt := time.Now()
-	took := poll(t, 5*time.Second, "degraded member's read share below 2%", func() bool {
+	took := Poll(t, 5*time.Second, "degraded member's read share below 2%", func() bool {
 		return windowShare(cli, slow, 500*time.Millisecond) < 0.02
 	})
 	t.Logf("degraded member's read share fell below 2%% within %v", took)
@@ -279,7 +279,7 @@ func testDegraded(t *testing.T, h Harness) {
 	}
 
 	c.Degrade(slow, 0, 0)
-	took = poll(t, 10*time.Second, "recovered member rejoins", func() bool {
+	took = Poll(t, 10*time.Second, "recovered member rejoins", func() bool {
 		return !cli.Stats().Members[slow].Ejected && windowShare(cli, slow, 300*time.Millisecond) > 0.15
 	})
 	t.Logf("recovered member rejoined within %v", took)

@@ -10,6 +10,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	ozk "github.com/oproute/oproute/backends/zk"
+	"github.com/oproute/oproute/conformance"
 	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/testbed"
 )
@@ -35,18 +36,6 @@ func direct(t *testing.T, c *testbed.ZKCluster, i int) *zk.Conn {
 	}
 	t.Cleanup(conn.Close)
 	return conn
-}
-
-func poll(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > within {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return time.Since(start)
 }
 
 func counts(t *testing.T, c *testbed.ZKCluster, key string) []uint64 {
@@ -165,7 +154,7 @@ func TestEphemeralSurvivesLeaderChange(t *testing.T) {
 	if err := c.MoveLeader(ctx, 1); err != nil { // kills z0, then restarts it
 		t.Fatal(err)
 	}
-	took := poll(t, 10*time.Second, "primary session follows the leader to z1", func() bool {
+	took := conformance.Poll(t, 10*time.Second, "primary session follows the leader to z1", func() bool {
 		return conn.Server() == eps[1] && conn.State() == zk.StateHasSession
 	})
 	t.Logf("primary session on the new leader %v after the change", took)
@@ -197,7 +186,7 @@ func TestWatchFiresAfterMemberLoss(t *testing.T) {
 	if err := c.Kill(1); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "z1's session moves", func() bool { return conn.SessionServers()[1] == 0 })
+	conformance.Poll(t, 10*time.Second, "z1's session moves", func() bool { return conn.SessionServers()[1] == 0 })
 	if _, err := direct(t, c, 0).Set("/w", []byte("1"), -1); err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +219,7 @@ func TestSessionExpiryReported(t *testing.T) {
 	admin := direct(t, c, 0)
 	c.BlackholeClients(true)
 	// The servers expire the session after its timeout without pings.
-	poll(t, 3*sessionTimeout, "the server expires the session", func() bool {
+	conformance.Poll(t, 3*sessionTimeout, "the server expires the session", func() bool {
 		ok, _, err := admin.Exists("/mine")
 		return err == nil && !ok
 	})
