@@ -77,6 +77,34 @@ type TxnClient interface {
 	MixedTxn(ctx context.Context, key, value string) error
 }
 
+// SessionClient is implemented by backends whose client holds a session
+// that owns ephemeral keys and carries watches (ZooKeeper).
+type SessionClient interface {
+	// PutEphemeral creates key=value owned by the client's session.
+	PutEphemeral(ctx context.Context, key, value string) error
+	// SessionID identifies the session that owns the client's ephemerals.
+	SessionID() int64
+	// Owner returns the session that owns ephemeral key, 0 if none does.
+	Owner(ctx context.Context, key string) (int64, error)
+	// WatchVia sets a one-shot watch on key through member i; the channel
+	// receives when key changes.
+	WatchVia(ctx context.Context, member int, key string) (<-chan struct{}, error)
+	// Expired is closed once the client has reported its session expired.
+	Expired() <-chan struct{}
+	// SessionTimeout is the session's negotiated timeout.
+	SessionTimeout() time.Duration
+}
+
+// ClientCutter is implemented by clusters that can cut every client link
+// while the members keep talking to each other.
+type ClientCutter interface {
+	// CutClients drops every byte between clients and members while on.
+	CutClients(on bool)
+	// DirectEndpoints are the members' own addresses, which the cut spares,
+	// for checking the cluster's state from outside it.
+	DirectEndpoints() []string
+}
+
 // Run runs every property against h.
 func Run(t *testing.T, h Harness) {
 	t.Run("HybridWritesToLeaderReadsSpread", func(t *testing.T) { testHybridRouting(t, h) })
@@ -88,5 +116,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("AllEquallySlowNobodyEjected", func(t *testing.T) { testAllSlow(t, h) })
 	t.Run("LinearizableUnderLeaderChange", func(t *testing.T) { testLinearizable(t, h, leaderChangeFault) })
 	t.Run("LinearizableUnderDegradedMember", func(t *testing.T) { testLinearizable(t, h, degradedFault) })
+	t.Run("StickyKeepsOneMember", func(t *testing.T) { testSticky(t, h) })
+	t.Run("EphemeralSurvivesLeaderChange", func(t *testing.T) { testEphemeralSurvives(t, h) })
+	t.Run("WatchFiresAfterMemberLoss", func(t *testing.T) { testWatchAfterLoss(t, h) })
+	t.Run("SessionExpiryReported", func(t *testing.T) { testExpiry(t, h) })
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, h) })
 }

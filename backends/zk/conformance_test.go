@@ -4,7 +4,9 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 	"go.uber.org/goleak"
@@ -30,15 +32,27 @@ func (harness) Connect(endpoints []string, policy string) (conformance.Client, e
 	for i, ep := range endpoints {
 		servers[i] = strings.TrimPrefix(ep, "http://")
 	}
+	cl := client{servers: servers, expired: make(chan struct{})}
+	var once sync.Once
 	conn, _, err := ozk.Connect(servers, sessionTimeout, ozk.WithPolicy(policy),
-		ozk.WithConnectTimeout(conformance.ConnectTimeout), ozk.WithLogger(quiet{}))
+		ozk.WithConnectTimeout(conformance.ConnectTimeout), ozk.WithLogger(quiet{}),
+		ozk.WithEventCallback(func(ev zk.Event) {
+			if ev.State == zk.StateExpired {
+				once.Do(func() { close(cl.expired) })
+			}
+		}))
 	if err != nil {
 		return nil, err
 	}
-	return client{conn}, nil
+	cl.Conn = conn
+	return cl, nil
 }
 
 type cluster struct{ *testbed.ZKCluster }
+
+// CutClients blackholes every client link; DirectEndpoints (the servers'
+// own ports) stay reachable.
+func (c cluster) CutClients(on bool) { c.BlackholeClients(on) }
 
 // Served counts what a server's own clients asked of it (mntr's request
 // latency summaries count each request at the server the session is on):
@@ -53,7 +67,11 @@ func (c cluster) Served(ctx context.Context, i int) (conformance.Served, error) 
 	return conformance.Served{Writes: w, Reads: r}, nil
 }
 
-type client struct{ *ozk.Conn }
+type client struct {
+	*ozk.Conn
+	servers []string
+	expired chan struct{}
+}
 
 func znode(key string) string { return "/" + strings.ReplaceAll(key, "/", "_") }
 
@@ -84,6 +102,40 @@ func (c client) Get(ctx context.Context, key string) (string, bool, error) {
 }
 
 func (c client) Stats() router.Stats { return c.Conn.Stats() }
+
+func (c client) PutEphemeral(ctx context.Context, key, value string) error {
+	_, err := c.CreateContext(ctx, znode(key), []byte(value), zk.FlagEphemeral, acl)
+	return err
+}
+
+func (c client) Owner(ctx context.Context, key string) (int64, error) {
+	_, st, err := c.GetContext(ctx, znode(key))
+	if err == zk.ErrNoNode {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return st.EphemeralOwner, nil
+}
+
+func (c client) WatchVia(ctx context.Context, member int, key string) (<-chan struct{}, error) {
+	_, _, events, err := c.GetWContext(ozk.WithMember(ctx, c.servers[member]), znode(key))
+	if err != nil {
+		return nil, err
+	}
+	fired := make(chan struct{}, 1)
+	go func() { // ends with the watch: it fires, or Close ends it
+		if ev := <-events; ev.Type == zk.EventNodeDataChanged || ev.Type == zk.EventNodeDeleted {
+			fired <- struct{}{}
+		}
+	}()
+	return fired, nil
+}
+
+func (c client) Expired() <-chan struct{} { return c.expired }
+
+func (c client) SessionTimeout() time.Duration { return sessionTimeout }
 
 func (c client) Close() error {
 	c.Conn.Close()
