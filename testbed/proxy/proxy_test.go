@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -171,13 +172,20 @@ func TestPerKeyShaping(t *testing.T) {
 	}{{"slow", 10 * time.Millisecond, time.Second}, {"fast", 0, 5 * time.Millisecond}} {
 		c := dial(t, p.Addr())
 		req := head(tc.from)
-		start := time.Now()
-		c.Write([]byte(req))
-		if _, err := io.ReadFull(c, make([]byte, len(req))); err != nil {
-			t.Fatal(err)
+		// The fastest of five round trips on the connection (its key is
+		// read once, from the first bytes): a scheduling hiccup on this
+		// shared machine can stretch one, not all five.
+		best := time.Duration(math.MaxInt64)
+		for range 5 {
+			start := time.Now()
+			c.Write([]byte(req))
+			if _, err := io.ReadFull(c, make([]byte, len(req))); err != nil {
+				t.Fatal(err)
+			}
+			best = min(best, time.Since(start))
 		}
-		if rtt := time.Since(start); rtt < tc.atLeast || rtt >= tc.lessThan {
-			t.Errorf("%s: round trip %v, want in [%v, %v)", tc.from, rtt, tc.atLeast, tc.lessThan)
+		if best < tc.atLeast || best >= tc.lessThan {
+			t.Errorf("%s: fastest round trip %v, want in [%v, %v)", tc.from, best, tc.atLeast, tc.lessThan)
 		}
 	}
 }
