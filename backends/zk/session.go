@@ -144,21 +144,28 @@ func (s *session) dial(network, addr string, timeout time.Duration) (net.Conn, e
 	s.conn = conn
 	s.connMu.Unlock()
 	s.cur.Store(int32(s.c.byAddr[addr]))
-	return cappedConn{conn, s.c.sessionTimeout}, nil
+	return cappedConn{conn, max(s.c.sessionTimeout, 2*time.Second), new(atomic.Bool)}, nil
 }
 
-// cappedConn caps read deadlines at the session timeout. go-zookeeper waits
-// ten receive timeouts (6.7 session timeouts) for a handshake answer: a
-// server that swallowed the handshake (frozen, or partitioned while the
-// client reconnected) would hold the session that long, and it would
-// expire meanwhile.
+// cappedConn caps the handshake's read deadline at the session timeout (at
+// least 2 s). go-zookeeper waits ten receive timeouts (6.7 session
+// timeouts) for the answer to its connect request: a server that swallowed
+// it (frozen, or partitioned while the client reconnected) would hold the
+// session that long, and it would expire meanwhile. Only the handshake's
+// deadline is capped (go-zookeeper clears it, with a zero deadline, once
+// answered): later ones follow the negotiated timeout, which the server may
+// have raised above the one asked for.
 type cappedConn struct {
 	net.Conn
-	max time.Duration
+	max           time.Duration
+	handshakeDone *atomic.Bool
 }
 
 func (c cappedConn) SetReadDeadline(t time.Time) error {
-	if !t.IsZero() && time.Until(t) > c.max {
+	switch {
+	case t.IsZero():
+		c.handshakeDone.Store(true)
+	case !c.handshakeDone.Load() && time.Until(t) > c.max:
 		t = time.Now().Add(c.max)
 	}
 	return c.Conn.SetReadDeadline(t)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -353,5 +354,34 @@ func TestOrderAcrossSessionsAndStaleReads(t *testing.T) {
 	}
 	if st := stale.Stats(); st.Members[0].Ops[router.StaleRead] == 0 || st.Members[0].Ops[router.LinearizableRead] != 0 {
 		t.Errorf("stale reads not classed as such: %+v", st.Members[0].Ops)
+	}
+}
+
+// A session timeout below the servers' minimum (2 ticks, 4 s here) is
+// raised by the server; the Conn's deadlines must follow the negotiated
+// timeout, not the one asked for, or an idle session would drop between
+// pings.
+func TestSessionTimeoutRaisedByServer(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	var disconnects atomic.Int64
+	conn, _, err := ozk.Connect(c.Endpoints(), time.Second, ozk.WithLogger(quiet{}), ozk.WithEventCallback(func(ev zk.Event) {
+		if ev.Type == zk.EventSession && ev.State == zk.StateDisconnected {
+			disconnects.Add(1)
+		}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Create("/idle", nil, zk.FlagEphemeral, acl); err != nil {
+		t.Fatal(err)
+	}
+	idle := time.NewTimer(5 * time.Second) // an idle period to span several pings, not a synchronisation
+	<-idle.C
+	if n := disconnects.Load(); n != 0 {
+		t.Fatalf("idle session disconnected %d times", n)
+	}
+	if ok, _, err := conn.Exists("/idle"); err != nil || !ok {
+		t.Fatalf("ephemeral after idling: %v %v", ok, err)
 	}
 }
