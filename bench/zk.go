@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -139,10 +138,8 @@ func (c *zkCluster) Served(ctx context.Context) ([]Served, error) {
 		if err != nil {
 			return nil, err
 		}
-		m := zk4lw.ParseMntr(b)
-		w, _ := strconv.ParseUint(m["zk_cnt_updatelatency"], 10, 64)
-		r, _ := strconv.ParseUint(m["zk_cnt_readlatency"], 10, 64)
-		out[i] = Served{Writes: w, Reads: r}
+		n := zk4lw.ParseRequests(zk4lw.ParseMntr(b))
+		out[i] = Served{Writes: n.Updates, Reads: n.Reads}
 	}
 	return out, nil
 }

@@ -125,11 +125,8 @@ func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 	c := &EtcdCluster{topo: opts.Topology, dir: opts.Dir, token: fmt.Sprintf("oproute-%d", rand.Uint64()), admins: map[int]*clientv3.Client{}}
 	c.net = &netState{Topo: opts.Topology, Extra: make([]linkExtra, len(opts.Topology.Zones)), IDs: map[string]int{}}
 	c.memberCPU = opts.MemberCPU
-	if c.dir == "" {
-		if c.dir, err = os.MkdirTemp("", "oproute-etcd-"); err != nil {
-			return nil, fmt.Errorf("testbed: %w", err)
-		}
-		c.ownDir = true
+	if c.dir, c.ownDir, err = workDir(opts.Dir, "oproute-etcd-"); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -207,6 +204,18 @@ func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 		}
 	}
 	return c, nil
+}
+
+// workDir returns dir, or a new temporary directory (own: Close removes it)
+// when dir is empty.
+func workDir(dir, prefix string) (_ string, own bool, err error) {
+	if dir != "" {
+		return dir, false, nil
+	}
+	if dir, err = os.MkdirTemp("", prefix); err != nil {
+		return "", false, fmt.Errorf("testbed: %w", err)
+	}
+	return dir, true, nil
 }
 
 // memberBinary returns the executable that runs members: this one, unless

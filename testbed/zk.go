@@ -152,11 +152,8 @@ func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
 		ids[strconv.Itoa(i)] = i
 	}
 	c.net = &netState{Topo: opts.Topology, Extra: make([]linkExtra, n), IDs: ids}
-	if c.dir == "" {
-		if c.dir, err = os.MkdirTemp("", "oproute-zk-"); err != nil {
-			return nil, fmt.Errorf("testbed: %w", err)
-		}
-		c.ownDir = true
+	if c.dir, c.ownDir, err = workDir(opts.Dir, "oproute-zk-"); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -485,6 +482,16 @@ func (c *ZKCluster) Mntr(ctx context.Context, i int) (map[string]string, error) 
 		return nil, err
 	}
 	return zk4lw.ParseMntr(b), nil
+}
+
+// Requests returns what server i's own sessions have asked of it so far
+// (mntr: updates, and reads including syncs).
+func (c *ZKCluster) Requests(ctx context.Context, i int) (zk4lw.Requests, error) {
+	m, err := c.Mntr(ctx, i)
+	if err != nil {
+		return zk4lw.Requests{}, err
+	}
+	return zk4lw.ParseRequests(m), nil
 }
 
 // Leader returns the index of the server whose srvr says "Mode: leader";

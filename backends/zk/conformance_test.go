@@ -2,7 +2,6 @@ package zk_test
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -58,13 +57,11 @@ func (c cluster) CutClients(on bool) { c.BlackholeClients(on) }
 // latency summaries count each request at the server the session is on):
 // updates are writes (session creation included), reads include syncs.
 func (c cluster) Served(ctx context.Context, i int) (conformance.Served, error) {
-	m, err := c.Mntr(ctx, i)
+	n, err := c.Requests(ctx, i)
 	if err != nil {
 		return conformance.Served{}, err
 	}
-	w, _ := strconv.ParseUint(m["zk_cnt_updatelatency"], 10, 64)
-	r, _ := strconv.ParseUint(m["zk_cnt_readlatency"], 10, 64)
-	return conformance.Served{Writes: w, Reads: r}, nil
+	return conformance.Served{Writes: n.Updates, Reads: n.Reads}, nil
 }
 
 type client struct {

@@ -343,79 +343,69 @@ func transportError(err error) bool {
 // caught up with the leader as of the sync. A read that failed in
 // transport (its server went away) is tried once more elsewhere.
 func read[T any](c *Conn, ctx context.Context, path string, fn func(*zk.Conn) (T, error)) (T, error) {
-	var zero T
-	if err := c.check(ctx); err != nil {
-		return zero, err
-	}
-	op := router.LinearizableRead
 	if c.o.stale {
-		op = router.StaleRead
+		return route(c, ctx, router.StaleRead, 2, nil, fn)
 	}
-	var err error
-	for attempt := 0; attempt < 2; attempt++ {
-		var p router.Pick
-		if p, err = c.r.Pick(ctx, op); err != nil {
-			return zero, mapRouterErr(err)
+	return route(c, ctx, router.LinearizableRead, 2, nil, func(z *zk.Conn) (T, error) {
+		if _, err := z.Sync(path); err != nil && err != zk.ErrNoNode {
+			var zero T
+			return zero, err
 		}
-		s, serr := c.sessionFor(p.Index)
-		if serr != nil {
-			p.Abandon()
-			return zero, serr
-		}
-		var v T
-		v, err = do(ctx, s, func(z *zk.Conn) (T, error) {
-			if op == router.LinearizableRead {
-				if _, err := z.Sync(path); err != nil && err != zk.ErrNoNode {
-					return zero, err
-				}
-			}
-			return fn(z)
-		})
-		if transportError(err) {
-			p.Done(err)
-		} else {
-			p.Done(nil)
-		}
-		if err == nil || !transportError(err) || ctx.Err() != nil || c.check(ctx) != nil {
-			return v, c.finalErr(err)
-		}
-	}
-	return zero, c.finalErr(err)
+		return fn(z)
+	})
 }
 
 // write routes a write. A session-bound write (an ephemeral create) goes on
 // the primary session, which owns the Conn's ephemerals. Writes are never
 // retried: a write cut in transport may have been applied.
 func write[T any](c *Conn, ctx context.Context, sessionBound bool, fn func(*zk.Conn) (T, error)) (T, error) {
+	var bound *session
+	if sessionBound {
+		bound = c.primary
+	}
+	return route(c, ctx, router.Write, 1, bound, fn)
+}
+
+// route runs fn on the session serving the member the router picks for op
+// (or on bound, counted where bound is), reports the outcome to the router
+// and, up to attempts times, tries again elsewhere after a transport
+// failure.
+func route[T any](c *Conn, ctx context.Context, op router.Op, attempts int, bound *session, fn func(*zk.Conn) (T, error)) (T, error) {
 	var zero T
 	if err := c.check(ctx); err != nil {
 		return zero, err
 	}
-	var s *session
 	pctx := ctx
-	if sessionBound {
-		s = c.primary
-		if cur := int(s.cur.Load()); cur >= 0 {
+	if bound != nil {
+		if cur := int(bound.cur.Load()); cur >= 0 {
 			pctx = router.WithMember(ctx, c.members[cur].ID) // count it where it goes
 		}
 	}
-	p, err := c.r.Pick(pctx, router.Write)
-	if err != nil {
-		return zero, mapRouterErr(err)
-	}
-	if s == nil {
-		if s, err = c.sessionFor(p.Index); err != nil {
-			p.Abandon()
-			return zero, err
+	var err error
+	for range attempts {
+		p, perr := c.r.Pick(pctx, op)
+		if perr != nil {
+			return zero, mapRouterErr(perr)
+		}
+		s := bound
+		if s == nil {
+			if s, err = c.sessionFor(p.Index); err != nil {
+				p.Abandon()
+				return zero, err
+			}
+		}
+		var v T
+		v, err = do(ctx, s, fn)
+		if transportError(err) {
+			p.Done(err)
+		} else {
+			p.Done(nil)
+		}
+		if !transportError(err) || ctx.Err() != nil || c.check(ctx) != nil {
+			return v, c.finalErr(err)
 		}
 	}
-	v, err := do(ctx, s, fn)
-	if transportError(err) {
-		p.Done(err)
-	} else {
-		p.Done(nil)
-	}
-	return v, c.finalErr(err)
+	return zero, c.finalErr(err)
 }
 
 func (c *Conn) finalErr(err error) error {

@@ -144,25 +144,7 @@ func (c *Conn) Sync(path string) (string, error) {
 
 // SyncContext is Sync bounded by ctx.
 func (c *Conn) SyncContext(ctx context.Context, path string) (string, error) {
-	if err := c.check(ctx); err != nil {
-		return "", err
-	}
-	p, err := c.r.Pick(ctx, router.LinearizableRead)
-	if err != nil {
-		return "", mapRouterErr(err)
-	}
-	s, err := c.sessionFor(p.Index)
-	if err != nil {
-		p.Abandon()
-		return "", err
-	}
-	v, err := do(ctx, s, func(z *zk.Conn) (string, error) { return z.Sync(path) })
-	if transportError(err) {
-		p.Done(err)
-	} else {
-		p.Done(nil)
-	}
-	return v, c.finalErr(err)
+	return route(c, ctx, router.LinearizableRead, 1, nil, func(z *zk.Conn) (string, error) { return z.Sync(path) })
 }
 
 // isEphemeral reports whether a create's flags bind the node to the session.

@@ -39,17 +39,17 @@ func direct(t *testing.T, c *testbed.ZKCluster, i int) *zk.Conn {
 	return conn
 }
 
-func counts(t *testing.T, c *testbed.ZKCluster, key string) []uint64 {
+// requests returns every server's mntr request counts.
+func requests(t *testing.T, c *testbed.ZKCluster) (updates, reads []uint64) {
 	t.Helper()
-	out := make([]uint64, c.Size())
-	for i := range out {
-		m, err := c.Mntr(context.Background(), i)
+	for i := range c.Size() {
+		n, err := c.Requests(context.Background(), i)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[i], _ = strconv.ParseUint(m[key], 10, 64)
+		updates, reads = append(updates, n.Updates), append(reads, n.Reads)
 	}
-	return out
+	return updates, reads
 }
 
 func TestAPIAndErrors(t *testing.T) {
@@ -98,7 +98,7 @@ func TestAPIAndErrors(t *testing.T) {
 	}
 
 	// Server side: writes reached the leader only, reads all three.
-	w0, r0 := counts(t, c, "zk_cnt_updatelatency"), counts(t, c, "zk_cnt_readlatency")
+	w0, r0 := requests(t, c)
 	for i := range 150 {
 		if _, err := conn.Set("/a", []byte{byte(i)}, -1); err != nil {
 			t.Fatal(err)
@@ -107,7 +107,7 @@ func TestAPIAndErrors(t *testing.T) {
 			t.Fatalf("read-your-write %d: %v %v", i, d, err)
 		}
 	}
-	w1, r1 := counts(t, c, "zk_cnt_updatelatency"), counts(t, c, "zk_cnt_readlatency")
+	w1, r1 := requests(t, c)
 	t.Logf("server side: writes %v → %v, reads %v → %v", w0, w1, r0, r1)
 	if w1[0]-w0[0] < 150 || w1[1]-w0[1] > 1 || w1[2]-w0[2] > 1 {
 		t.Errorf("writes did not all go to the leader z0: %v → %v", w0, w1)
@@ -193,7 +193,7 @@ func TestStickyOneServer(t *testing.T) {
 	if _, err := conn.Create("/s", nil, 0, acl); err != nil {
 		t.Fatal(err)
 	}
-	w0, r0 := counts(t, c, "zk_cnt_updatelatency"), counts(t, c, "zk_cnt_readlatency")
+	w0, r0 := requests(t, c)
 	for i := range 100 {
 		if _, err := conn.Set("/s", []byte{byte(i)}, -1); err != nil {
 			t.Fatal(err)
@@ -202,7 +202,7 @@ func TestStickyOneServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w1, r1 := counts(t, c, "zk_cnt_updatelatency"), counts(t, c, "zk_cnt_readlatency")
+	w1, r1 := requests(t, c)
 	used := 0
 	for i := range w1 {
 		if w1[i] > w0[i] || r1[i] > r0[i] {
@@ -337,14 +337,14 @@ func TestOrderAcrossSessionsAndStaleReads(t *testing.T) {
 	for range 10 {
 		stale.Get("/o")
 	}
-	r0 := counts(t, c, "zk_cnt_readlatency")
+	_, r0 := requests(t, c)
 	const reads = 90
 	for range reads {
 		if _, _, err := stale.Get("/o"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r1 := counts(t, c, "zk_cnt_readlatency")
+	_, r1 := requests(t, c)
 	total := uint64(0)
 	for i := range r1 {
 		total += r1[i] - r0[i]

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -99,12 +98,11 @@ func leaderMark(leader bool) string {
 func serverCounts(ctx context.Context, c *testbed.ZKCluster) [][2]uint64 {
 	out := make([][2]uint64, c.Size())
 	for i := range out {
-		m, err := c.Mntr(ctx, i)
+		n, err := c.Requests(ctx, i)
 		if err != nil {
 			log.Fatal(err)
 		}
-		out[i][0], _ = strconv.ParseUint(m["zk_cnt_updatelatency"], 10, 64)
-		out[i][1], _ = strconv.ParseUint(m["zk_cnt_readlatency"], 10, 64)
+		out[i] = [2]uint64{n.Updates, n.Reads}
 	}
 	return out
 }

@@ -125,3 +125,20 @@ func ParseMntr(b []byte) map[string]string {
 	}
 	return m
 }
+
+// Requests is what a server's own sessions asked of it, from mntr's request
+// latency summaries, which count a request at the server its session is on
+// (a write through a follower counts there, not at the leader).
+type Requests struct {
+	// Updates are writes, session creation and closing included.
+	Updates uint64
+	// Reads include syncs.
+	Reads uint64
+}
+
+// ParseRequests reads Requests from a parsed mntr answer.
+func ParseRequests(mntr map[string]string) Requests {
+	u, _ := strconv.ParseUint(mntr["zk_cnt_updatelatency"], 10, 64)
+	r, _ := strconv.ParseUint(mntr["zk_cnt_readlatency"], 10, 64)
+	return Requests{Updates: u, Reads: r}
+}
