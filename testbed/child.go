@@ -93,6 +93,9 @@ func runMember(raw string) int {
 		return 1
 	}
 	defer peerProxy.Close()
+	// Control from the start: a network change made while etcd starts
+	// reaches the proxies at once.
+	parentGone := serveControl(&net, []*proxy.Proxy{clientProxy, peerProxy}, clientProxy.Accepted)
 
 	cfg := embed.NewConfig()
 	cfg.Name, cfg.Dir = spec.Name, spec.Dir
@@ -124,7 +127,6 @@ func runMember(raw string) int {
 	<-e.Server.ReadyNotify()
 	fmt.Println(readyLine)
 
-	parentGone := serveControl(&net, clientProxy.Accepted)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	select {
@@ -140,9 +142,11 @@ func runMember(raw string) int {
 }
 
 // serveControl answers the parent's control lines on stdin: network state
-// changes (acknowledged once applied) and the client proxy's accept count.
-// The returned channel closes when stdin does, that is when the parent died.
-func serveControl(net *atomic.Pointer[netState], accepted func() uint64) <-chan struct{} {
+// changes (acknowledged once applied: chunks in flight follow the new state
+// and the proxies have rechecked their idle connections) and the client
+// proxy's accept count. The returned channel closes when stdin does, that
+// is when the parent died.
+func serveControl(net *atomic.Pointer[netState], proxies []*proxy.Proxy, accepted func() uint64) <-chan struct{} {
 	parentGone := make(chan struct{})
 	go func() {
 		defer close(parentGone)
@@ -157,6 +161,9 @@ func serveControl(net *atomic.Pointer[netState], accepted func() uint64) <-chan 
 			switch {
 			case c.Net != nil:
 				net.Store(c.Net)
+				for _, p := range proxies {
+					p.Recheck()
+				}
 				fmt.Println(ackLine)
 			case c.Query == "accepted":
 				fmt.Println("accepted", accepted())

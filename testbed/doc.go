@@ -13,8 +13,11 @@
 // testbed/proxy). The topology gives each member a zone and each pair of
 // zones a one-way delay; the peer proxies tell senders apart by the
 // X-Server-From header of etcd's raft connections, so each pair of members
-// gets its own delay. Knobs add delay to one member's links, blackhole them,
+// gets its own delay. Knobs add delay to one member's links (all of them, or
+// its peer links only), blackhole them, partition a member from its peers
+// while clients still reach it, make its client link reset connections,
 // pause (SIGSTOP), kill (SIGKILL), restart a member, and move leadership.
+// Both cluster types share the knobs, with the same names and meaning.
 //
 // ZooKeeper ensembles (StartZK) are real QuorumPeerMain JVMs from Debian's
 // zookeeper package. Each server's proxies run in a process of their own

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -55,8 +53,7 @@ type EtcdCluster struct {
 	http    *http.Client // for /metrics
 	members []*EtcdMember
 
-	netMu sync.Mutex // serialises changes of net and their broadcast
-	net   *netState
+	cluster // network, fault knobs
 
 	memberCPU float64
 	limits    []*cpuLimit // per member, nil when unconfined
@@ -72,41 +69,16 @@ type EtcdMember struct {
 	Name  string
 	Zone  string
 
-	id     atomic.Uint64
-	spec   memberSpec
-	paused atomic.Bool
-	procMu sync.Mutex
-	proc   *process
-	askMu  sync.Mutex // one control question at a time
+	server // its process: PID, pause, kill
+
+	id   atomic.Uint64
+	spec memberSpec
 }
-
-type process struct {
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	ready   chan struct{}
-	replies chan string // control answers, in order
-	exited  chan struct{}
-}
-
-// Sentinel errors.
-var (
-	ErrNoLeader   = errors.New("testbed: no leader")
-	ErrNotRunning = errors.New("testbed: member not running")
-)
-
-// errPortTaken: a member could not bind a port picked for it; another
-// process took it between the pick and the bind.
-var errPortTaken = errors.New("testbed: port taken")
 
 // StartEtcd starts a cluster and returns once every member serves and the
 // topology's leader holds leadership.
 func StartEtcd(ctx context.Context, opts EtcdOptions) (*EtcdCluster, error) {
-	for attempt := 1; ; attempt++ {
-		c, err := startEtcd(ctx, opts)
-		if err == nil || !errors.Is(err, errPortTaken) || attempt == 3 {
-			return c, err
-		}
-	}
+	return retryPortTaken(func() (*EtcdCluster, error) { return startEtcd(ctx, opts) })
 }
 
 func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error) {
@@ -161,7 +133,9 @@ func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 	}
 	for i, zone := range c.topo.Zones {
 		m := &EtcdMember{Index: i, Name: fmt.Sprintf("m%d", i), Zone: zone}
+		m.server.name = m.Name
 		c.members = append(c.members, m)
+		c.nodes = append(c.nodes, &m.server)
 		// The member listens on the first two ports; its own proxies, which
 		// clients and peers are told about, on the other two.
 		ports := allPorts[4*i : 4*i+4]
@@ -206,164 +180,38 @@ func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 	return c, nil
 }
 
-// workDir returns dir, or a new temporary directory (own: Close removes it)
-// when dir is empty.
-func workDir(dir, prefix string) (_ string, own bool, err error) {
-	if dir != "" {
-		return dir, false, nil
-	}
-	if dir, err = os.MkdirTemp("", prefix); err != nil {
-		return "", false, fmt.Errorf("testbed: %w", err)
-	}
-	return dir, true, nil
-}
-
-// memberBinary returns the executable that runs members: this one, unless
-// it is race-instrumented, in which case a plain build of etcdmember (the
-// race detector would slow the servers several-fold and skew every timing).
-func memberBinary(ctx context.Context, dir string) (string, error) {
-	if bin := os.Getenv("OPROUTE_ETCD_MEMBER_BIN"); bin != "" {
-		return bin, nil
-	}
-	if !raceEnabled {
-		self, err := os.Executable()
-		if err != nil {
-			return "", fmt.Errorf("testbed: %w", err)
-		}
-		return self, nil
-	}
-	memberBuild.once.Do(func() {
-		out := filepath.Join(os.TempDir(), fmt.Sprintf("oproute-etcdmember-%d", os.Getpid()))
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/oproute/oproute/testbed/internal/etcdmember")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			memberBuild.err = fmt.Errorf("testbed: building the member binary: %w\n%s", err, b)
-			return
-		}
-		memberBuild.path = out
-	})
-	return memberBuild.path, memberBuild.err
-}
-
-var memberBuild struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, n)
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("testbed: free port: %w", err)
-		}
-		defer ln.Close()
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
-}
-
 func (c *EtcdCluster) launch(m *EtcdMember) error {
-	c.netMu.Lock()
-	m.spec.Net = c.net.clone()
-	spec, _ := json.Marshal(m.spec)
-	c.netMu.Unlock()
-	cmd := exec.Command(c.bin)
-	cmd.Env = append(os.Environ(), memberEnv+"="+string(spec))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p, err := startChild(cmd, filepath.Join(c.dir, m.Name+".log"))
-	if err != nil {
-		return fmt.Errorf("testbed: start %s: %w", m.Name, err)
-	}
-	if c.limits != nil {
-		if err := c.limits[m.Index].add(cmd.Process.Pid); err != nil {
-			cmd.Process.Kill()
-			<-p.exited
-			return err
+	return c.withNet(func(net *netState) error {
+		m.spec.Net = net
+		spec, _ := json.Marshal(m.spec)
+		cmd := exec.Command(c.bin)
+		cmd.Env = append(os.Environ(), memberEnv+"="+string(spec))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		p, err := startChild(cmd, c.logPath(m))
+		if err != nil {
+			return fmt.Errorf("testbed: start %s: %w", m.Name, err)
 		}
-	}
-	m.procMu.Lock()
-	m.proc = p
-	m.procMu.Unlock()
-	m.paused.Store(false)
-	return nil
+		if c.limits != nil {
+			if err := c.limits[m.Index].add(cmd.Process.Pid); err != nil {
+				p.stop()
+				return err
+			}
+		}
+		// The member hosts its own proxies: one process for both.
+		m.started(p)
+		m.controlledBy(p)
+		return nil
+	})
 }
 
-// ask sends one control line to a running member and waits for its answer.
-func (p *process) ask(msg control, timeout time.Duration) (string, error) {
-	line, _ := json.Marshal(msg)
-	if _, err := p.stdin.Write(append(line, '\n')); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrNotRunning, err)
-	}
-	select {
-	case r := <-p.replies:
-		return r, nil
-	case <-p.exited:
-		return "", ErrNotRunning
-	case <-time.After(timeout):
-		return "", fmt.Errorf("testbed: member did not answer %s within %v", line, timeout)
-	}
-}
-
-// setNet changes the network state and sends it to every running member,
-// returning once each unpaused one has applied it.
-func (c *EtcdCluster) setNet(change func(*netState)) {
-	c.netMu.Lock()
-	defer c.netMu.Unlock()
-	next := c.net.clone()
-	change(next)
-	c.net = next
-	for _, m := range c.members {
-		p := m.process()
-		if p == nil || m.PID() == 0 {
-			continue
-		}
-		m.askMu.Lock()
-		if m.paused.Load() {
-			// A frozen member applies it when it thaws; do not wait.
-			line, _ := json.Marshal(control{Net: next})
-			p.stdin.Write(append(line, '\n'))
-			go func() {
-				defer m.askMu.Unlock()
-				select {
-				case <-p.replies:
-				case <-p.exited:
-				}
-			}()
-			continue
-		}
-		p.ask(control{Net: next}, 5*time.Second)
-		m.askMu.Unlock()
-	}
-}
+func (c *EtcdCluster) logPath(m *EtcdMember) string { return filepath.Join(c.dir, m.Name+".log") }
 
 func (c *EtcdCluster) waitReady(ctx context.Context, m *EtcdMember) error {
 	p := m.process()
 	if p == nil {
-		return ErrNotRunning
+		return fmt.Errorf("%w: %s", ErrNotRunning, m.Name)
 	}
-	select {
-	case <-p.ready:
-		return nil
-	case <-p.exited:
-		log, _ := os.ReadFile(filepath.Join(c.dir, m.Name+".log"))
-		if len(log) > 2000 {
-			log = log[len(log)-2000:]
-		}
-		err := fmt.Errorf("testbed: %s exited during start-up: %s", m.Name, log)
-		if strings.Contains(string(log), "address already in use") {
-			err = fmt.Errorf("%w: %w", errPortTaken, err)
-		}
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("testbed: %s not ready: %w", m.Name, ctx.Err())
-	}
-}
-
-func (m *EtcdMember) process() *process {
-	m.procMu.Lock()
-	defer m.procMu.Unlock()
-	return m.proc
+	return awaitReady(ctx, p, m.Name, c.logPath(m))
 }
 
 // MemberCPU returns the cores each member is confined to, 0 when unconfined.
@@ -406,35 +254,7 @@ func (m *EtcdMember) Endpoint() string { return m.spec.AdvertiseClient }
 // ClientConnections returns how many connections clients have opened to
 // the member (through its client proxy) since its process started, 0 when
 // it is not running.
-func (m *EtcdMember) ClientConnections() uint64 {
-	p := m.process()
-	if p == nil || m.PID() == 0 {
-		return 0
-	}
-	m.askMu.Lock()
-	defer m.askMu.Unlock()
-	r, err := p.ask(control{Query: "accepted"}, 5*time.Second)
-	if err != nil {
-		return 0
-	}
-	var n uint64
-	fmt.Sscanf(r, "accepted %d", &n)
-	return n
-}
-
-// PID returns the member's process ID, 0 when it is not running.
-func (m *EtcdMember) PID() int {
-	p := m.process()
-	if p == nil {
-		return 0
-	}
-	select {
-	case <-p.exited:
-		return 0
-	default:
-		return p.cmd.Process.Pid
-	}
-}
+func (m *EtcdMember) ClientConnections() uint64 { return m.clientConnections() }
 
 // admin returns a control client for member i on its direct URL.
 func (c *EtcdCluster) admin(i int) (*clientv3.Client, error) {
@@ -551,15 +371,8 @@ func (c *EtcdCluster) learnIDs(ctx context.Context) error {
 // MoveLeader hands leadership to member to, asking the current leader (the
 // only member that accepts MoveLeader), and waits until it holds.
 func (c *EtcdCluster) MoveLeader(ctx context.Context, to int) error {
-	for {
-		cur, err := c.WaitLeader(ctx)
-		if err != nil {
-			return err
-		}
-		if cur == to {
-			return nil
-		}
-		cli, err := c.admin(cur)
+	return moveLeader(ctx, len(c.members), to, c.members[to].Name, c.WaitLeader, func(ctx context.Context, from int) error {
+		cli, err := c.admin(from)
 		if err != nil {
 			return err
 		}
@@ -569,69 +382,16 @@ func (c *EtcdCluster) MoveLeader(ctx context.Context, to int) error {
 		if err != nil && ctx.Err() != nil {
 			return fmt.Errorf("testbed: move leader to m%d: %w", to, err)
 		}
-	}
-}
-
-// Degrade adds delay and jitter to every link of member i, both ways:
-// client and peer links, as netem on the member's host would. Zero removes it.
-func (c *EtcdCluster) Degrade(i int, delay, jitter time.Duration) {
-	c.setNet(func(n *netState) { n.Extra[i].Delay, n.Extra[i].Jitter = delay, jitter })
-}
-
-// Blackhole drops every byte on member i's links while on.
-func (c *EtcdCluster) Blackhole(i int, on bool) {
-	c.setNet(func(n *netState) { n.Extra[i].Blackhole = on })
-}
-
-// Pause freezes member i's process (SIGSTOP), its proxies with it: TCP
-// connections stay open, nothing answers.
-func (c *EtcdCluster) Pause(i int) error {
-	c.members[i].paused.Store(true)
-	if err := c.signal(i, syscall.SIGSTOP); err != nil {
-		c.members[i].paused.Store(false)
-		return err
-	}
-	return nil
-}
-
-// Resume continues a paused member (SIGCONT).
-func (c *EtcdCluster) Resume(i int) error {
-	if err := c.signal(i, syscall.SIGCONT); err != nil {
-		return err
-	}
-	c.members[i].paused.Store(false)
-	return nil
-}
-
-func (c *EtcdCluster) signal(i int, sig syscall.Signal) error {
-	return signalProcess(fmt.Sprintf("m%d", i), c.members[i].PID(), sig)
-}
-
-// signalProcess signals a server's process; pid 0 means it is not running.
-func signalProcess(name string, pid int, sig syscall.Signal) error {
-	if pid == 0 {
-		return fmt.Errorf("%w: %s", ErrNotRunning, name)
-	}
-	if err := syscall.Kill(pid, sig); err != nil {
-		return fmt.Errorf("testbed: signal %s: %w", name, err)
-	}
-	return nil
+		return nil // refused: moveLeader asks again
+	})
 }
 
 // Kill crashes member i (SIGKILL, no leadership hand-over) and waits for
 // its process to end.
 func (c *EtcdCluster) Kill(i int) error {
-	p := c.members[i].process()
-	if p == nil {
-		return fmt.Errorf("%w: m%d", ErrNotRunning, i)
+	if err := c.cluster.Kill(i); err != nil {
+		return err
 	}
-	select {
-	case <-p.exited:
-		return fmt.Errorf("%w: m%d", ErrNotRunning, i)
-	default:
-	}
-	p.cmd.Process.Kill()
-	<-p.exited
 	c.dropAdmin(i)
 	return nil
 }
@@ -639,8 +399,8 @@ func (c *EtcdCluster) Kill(i int) error {
 // Restart starts a killed member again on its data and waits until it serves.
 func (c *EtcdCluster) Restart(ctx context.Context, i int) error {
 	m := c.members[i]
-	if m.PID() != 0 {
-		return fmt.Errorf("testbed: m%d is running", i)
+	if err := m.stopped(); err != nil {
+		return err
 	}
 	m.spec.ClusterState = "existing"
 	if err := c.launch(m); err != nil {
@@ -677,11 +437,7 @@ func (c *EtcdCluster) Close() error {
 		c.http.CloseIdleConnections()
 	}
 	for _, m := range c.members {
-		if p := m.process(); p != nil {
-			p.cmd.Process.Kill()
-			p.stdin.Close()
-			<-p.exited
-		}
+		m.close()
 	}
 	for _, l := range c.limits {
 		if l != nil {

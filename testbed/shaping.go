@@ -17,11 +17,18 @@ type netState struct {
 	ClientsCut bool `json:"clients_cut,omitempty"`
 }
 
-// linkExtra is what Degrade and Blackhole add to every link of a member.
+// linkExtra is the faults injected on one member's links.
 type linkExtra struct {
+	// Every link, client and peer (Degrade, Blackhole).
 	Delay     time.Duration `json:"delay"`
 	Jitter    time.Duration `json:"jitter"`
 	Blackhole bool          `json:"blackhole"`
+	// Peer links only (DegradePeers, Partition).
+	PeerDelay   time.Duration `json:"peer_delay,omitempty"`
+	PeerJitter  time.Duration `json:"peer_jitter,omitempty"`
+	Partitioned bool          `json:"partitioned,omitempty"`
+	// The client link only (ResetClients).
+	ResetClients bool `json:"reset_clients,omitempty"`
 }
 
 func (s *netState) clone() *netState {
@@ -42,21 +49,29 @@ func (s *netState) clientLink(self int) proxy.Link {
 		Delay:     base + x.Delay,
 		Jitter:    time.Duration(s.Topo.Jitter*float64(base)) + x.Jitter,
 		Blackhole: x.Blackhole || s.ClientsCut,
+		Reset:     x.ResetClients,
 	}
 }
 
 // peerLink shapes a connection into member self's peer listener from the
-// member whose etcd ID (hex) is key; an unknown sender is taken to be in
-// self's zone.
+// member whose etcd ID (hex) or ZooKeeper index is key, both ways: it
+// carries the faults of both ends. An unknown sender is taken to be in
+// self's zone, with no faults of its own.
 func (s *netState) peerLink(self int, key string) proxy.Link {
 	base := s.Topo.oneWay(s.Topo.Zones[self], s.Topo.Zones[self])
-	x := s.Extra[self]
-	delay, jitter, hole := x.Delay, x.Jitter, x.Blackhole
+	delay, jitter, hole, stall := s.Extra[self].peer()
 	if j, ok := s.IDs[key]; ok && j < len(s.Extra) {
 		base = s.Topo.oneWay(s.Topo.Zones[self], s.Topo.Zones[j])
-		delay += s.Extra[j].Delay
-		jitter += s.Extra[j].Jitter
-		hole = hole || s.Extra[j].Blackhole
+		d, jt, h, st := s.Extra[j].peer()
+		delay, jitter, hole, stall = delay+d, jitter+jt, hole || h, stall || st
 	}
-	return proxy.Link{Delay: base + delay, Jitter: time.Duration(s.Topo.Jitter*float64(base)) + jitter, Blackhole: hole}
+	return proxy.Link{Delay: base + delay, Jitter: time.Duration(s.Topo.Jitter*float64(base)) + jitter, Blackhole: hole, Stall: stall}
+}
+
+// peer returns what x adds to each of the member's peer links. A partition
+// stalls them (TCP holds the bytes until it heals) rather than dropping
+// bytes from the middle of a stream, which no real network does and which
+// leaves ZooKeeper's quorum stream corrupt after the partition heals.
+func (x linkExtra) peer() (delay, jitter time.Duration, blackhole, stall bool) {
+	return x.Delay + x.PeerDelay, x.Jitter + x.PeerJitter, x.Blackhole, x.Partitioned
 }

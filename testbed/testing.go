@@ -10,9 +10,31 @@ import (
 // closes it when the test ends.
 func StartEtcdT(tb testing.TB, opts EtcdOptions) *EtcdCluster {
 	tb.Helper()
+	return startT(tb, func(ctx context.Context) (*EtcdCluster, error) { return StartEtcd(ctx, opts) })
+}
+
+// StartZKT starts an ensemble for a test, fails the test if it cannot, and
+// closes it when the test ends.
+func StartZKT(tb interface {
+	Helper()
+	Fatal(...any)
+	Cleanup(func())
+}, opts ZKOptions) *ZKCluster {
+	tb.Helper()
+	return startT(tb, func(ctx context.Context) (*ZKCluster, error) { return StartZK(ctx, opts) })
+}
+
+// startT starts a cluster within two minutes for a test, fails the test if
+// it cannot, and closes the cluster when the test ends.
+func startT[C interface{ Close() error }](tb interface {
+	Helper()
+	Fatal(...any)
+	Cleanup(func())
+}, start func(context.Context) (C, error)) C {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := StartEtcd(ctx, opts)
+	c, err := start(ctx)
 	if err != nil {
 		tb.Fatal(err)
 	}

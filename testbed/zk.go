@@ -1,7 +1,6 @@
 package testbed
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -58,8 +56,7 @@ type ZKCluster struct {
 	bin    string
 	opts   ZKOptions
 
-	netMu sync.Mutex // serialises network changes
-	net   *netState
+	cluster // network, fault knobs
 
 	servers []*ZKServer
 
@@ -76,46 +73,17 @@ type ZKServer struct {
 	// the first election (ZooKeeper prefers the highest id among equals).
 	SID int
 
+	server // the JVM (PID, pause, kill) and its proxies' host
+
 	clientPort, quorumPort, electionPort int // the JVM's own
 	proxyClientPort                      int
 	proxySpec                            zkProxySpec
-
-	proxies *process
-	askMu   sync.Mutex
-
-	jvmMu  sync.Mutex
-	jvm    *exec.Cmd
-	exited chan struct{}
-	paused atomic.Bool
 }
 
 // StartZK starts an ensemble and returns once every server serves and the
 // topology's leader leads.
 func StartZK(ctx context.Context, opts ZKOptions) (*ZKCluster, error) {
-	for attempt := 1; ; attempt++ {
-		c, err := startZK(ctx, opts)
-		if err == nil || !errors.Is(err, errPortTaken) || attempt == 3 {
-			return c, err
-		}
-	}
-}
-
-// StartZKT starts an ensemble for a test, fails the test if it cannot, and
-// closes it when the test ends.
-func StartZKT(tb interface {
-	Helper()
-	Fatal(...any)
-	Cleanup(func())
-}, opts ZKOptions) *ZKCluster {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := StartZK(ctx, opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { c.Close() })
-	return c
+	return retryPortTaken(func() (*ZKCluster, error) { return startZK(ctx, opts) })
 }
 
 func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
@@ -177,6 +145,7 @@ func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
 		ports := allPorts[i*per : (i+1)*per]
 		s := &ZKServer{Index: i, Name: fmt.Sprintf("z%d", i), Zone: zone, SID: n - i,
 			clientPort: ports[0], quorumPort: ports[1], electionPort: ports[2], proxyClientPort: ports[3]}
+		s.server.name = s.Name
 		peerProxy[i] = make([][2]int, n)
 		k := 4
 		for from := range n {
@@ -186,6 +155,7 @@ func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
 			}
 		}
 		c.servers = append(c.servers, s)
+		c.nodes = append(c.nodes, &s.server)
 	}
 	for i, s := range c.servers {
 		links := []zkLink{{Listen: s.proxyClientPort, Target: addr(s.clientPort), From: -1}}
@@ -265,78 +235,28 @@ func (c *ZKCluster) writeConfig(s *ZKServer, peerProxy [][][2]int) error {
 }
 
 func (c *ZKCluster) startProxies(ctx context.Context, s *ZKServer) error {
-	c.netMu.Lock()
-	s.proxySpec.Net = c.net.clone()
-	spec, _ := json.Marshal(s.proxySpec)
-	c.netMu.Unlock()
-	cmd := exec.Command(c.bin)
-	cmd.Env = append(os.Environ(), zkProxyEnv+"="+string(spec))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := os.MkdirAll(c.serverDir(s), 0o755); err != nil {
 		return fmt.Errorf("testbed: %w", err)
 	}
-	p, err := startChild(cmd, filepath.Join(c.serverDir(s), "proxies.log"))
-	if err != nil {
-		return fmt.Errorf("testbed: %s proxies: %w", s.Name, err)
-	}
-	s.proxies = p
-	select {
-	case <-p.ready:
+	logPath := filepath.Join(c.serverDir(s), "proxies.log")
+	var p *process
+	err := c.withNet(func(net *netState) error {
+		s.proxySpec.Net = net
+		spec, _ := json.Marshal(s.proxySpec)
+		cmd := exec.Command(c.bin)
+		cmd.Env = append(os.Environ(), zkProxyEnv+"="+string(spec))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		var err error
+		if p, err = startChild(cmd, logPath); err != nil {
+			return fmt.Errorf("testbed: %s proxies: %w", s.Name, err)
+		}
+		s.controlledBy(p)
 		return nil
-	case <-p.exited:
-		log, _ := os.ReadFile(filepath.Join(c.serverDir(s), "proxies.log"))
-		err := fmt.Errorf("testbed: %s proxies exited: %s", s.Name, log)
-		if strings.Contains(string(log), "address already in use") {
-			err = fmt.Errorf("%w: %w", errPortTaken, err)
-		}
+	})
+	if err != nil {
 		return err
-	case <-ctx.Done():
-		return fmt.Errorf("testbed: %s proxies not ready: %w", s.Name, ctx.Err())
 	}
-}
-
-// startChild starts cmd with stderr to logPath and its stdout read for the
-// ready line and control answers.
-func startChild(cmd *exec.Cmd, logPath string) (*process, error) {
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stderr = logf
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		logf.Close()
-		return nil, err
-	}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		logf.Close()
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, err
-	}
-	p := &process{cmd: cmd, stdin: stdin, ready: make(chan struct{}), replies: make(chan string, 16), exited: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if sc.Text() == readyLine {
-				close(p.ready)
-				continue
-			}
-			select {
-			case p.replies <- sc.Text():
-			default: // nobody asked; drop
-			}
-		}
-	}()
-	go func() {
-		cmd.Wait()
-		logf.Close()
-		close(p.exited)
-	}()
-	return p, nil
+	return awaitReady(ctx, p, s.Name+" proxies", logPath)
 }
 
 func (c *ZKCluster) launchJVM(s *ZKServer) error {
@@ -348,50 +268,26 @@ func (c *ZKCluster) launchJVM(s *ZKServer) error {
 		"org.apache.zookeeper.server.quorum.QuorumPeerMain", filepath.Join(dir, "zoo.cfg"))
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := os.OpenFile(filepath.Join(dir, "jvm.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, err := startPlain(cmd, filepath.Join(dir, "jvm.out"))
 	if err != nil {
-		return fmt.Errorf("testbed: %w", err)
-	}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		out.Close()
 		return fmt.Errorf("testbed: start %s: %w", s.Name, err)
 	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		out.Close()
-		close(exited)
-	}()
-	s.jvmMu.Lock()
-	s.jvm, s.exited = cmd, exited
-	s.jvmMu.Unlock()
-	s.paused.Store(false)
+	s.started(p)
 	return nil
 }
 
 // waitServing polls srvr on server i until it serves as leader or follower.
 func (c *ZKCluster) waitServing(ctx context.Context, i int) error {
 	s := c.servers[i]
+	p := s.process()
 	for {
 		st, err := c.Srvr(ctx, i)
 		if err == nil && (st.Mode == "leader" || st.Mode == "follower") {
 			return nil
 		}
-		s.jvmMu.Lock()
-		exited := s.exited
-		s.jvmMu.Unlock()
 		select {
-		case <-exited:
-			log, _ := os.ReadFile(filepath.Join(c.serverDir(s), "server.log"))
-			if len(log) > 3000 {
-				log = log[len(log)-3000:]
-			}
-			err := fmt.Errorf("testbed: %s exited during start-up: %s", s.Name, log)
-			if strings.Contains(string(log), "Address already in use") {
-				err = fmt.Errorf("%w: %w", errPortTaken, err)
-			}
-			return err
+		case <-p.exited:
+			return startupFailure(s.Name, filepath.Join(c.serverDir(s), "server.log"))
 		case <-ctx.Done():
 			return fmt.Errorf("testbed: %s not serving (last: %v): %w", s.Name, err, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
@@ -431,28 +327,9 @@ func (c *ZKCluster) DirectEndpoints() []string {
 	return eps
 }
 
-// PID returns the JVM's process ID, 0 when it is not running.
-func (s *ZKServer) PID() int {
-	s.jvmMu.Lock()
-	defer s.jvmMu.Unlock()
-	if s.jvm == nil || s.jvm.Process == nil {
-		return 0
-	}
-	select {
-	case <-s.exited:
-		return 0
-	default:
-		return s.jvm.Process.Pid
-	}
-}
-
-// ProxyPID returns the process ID of the server's proxies.
-func (s *ZKServer) ProxyPID() int {
-	if s.proxies == nil {
-		return 0
-	}
-	return s.proxies.cmd.Process.Pid
-}
+// ProxyPID returns the process ID of the server's proxies, 0 when they do
+// not run.
+func (s *ZKServer) ProxyPID() int { return s.control().pid() }
 
 // FourLetter sends a four-letter command to server i directly (not through
 // its proxy) and returns the answer.
@@ -498,7 +375,7 @@ func (c *ZKCluster) Requests(ctx context.Context, i int) (zk4lw.Requests, error)
 // ErrNoLeader when none does.
 func (c *ZKCluster) Leader(ctx context.Context) (int, error) {
 	for i, s := range c.servers {
-		if s.PID() == 0 || s.paused.Load() {
+		if s.PID() == 0 || s.paused() {
 			continue
 		}
 		if st, err := c.Srvr(ctx, i); err == nil && st.Mode == "leader" {
@@ -516,7 +393,7 @@ func (c *ZKCluster) WaitLeader(ctx context.Context) (int, error) {
 		if err == nil {
 			serving := true
 			for i, s := range c.servers {
-				if i == l || s.PID() == 0 || s.paused.Load() {
+				if i == l || s.PID() == 0 || s.paused() {
 					continue
 				}
 				if st, err := c.Srvr(ctx, i); err != nil || st.Mode != "follower" {
@@ -540,119 +417,26 @@ func (c *ZKCluster) WaitLeader(ctx context.Context) (int, error) {
 // prefers the highest zxid, then the highest myid). It gives up after a
 // few elections.
 func (c *ZKCluster) MoveLeader(ctx context.Context, to int) error {
-	for range 2 * len(c.servers) {
-		l, err := c.WaitLeader(ctx)
-		if err != nil {
-			return err
-		}
-		if l == to {
-			return nil
-		}
-		if err := c.Kill(l); err != nil {
+	return moveLeader(ctx, len(c.servers), to, c.servers[to].Name, c.WaitLeader, func(ctx context.Context, from int) error {
+		if err := c.Kill(from); err != nil {
 			return err
 		}
 		if _, err := c.WaitLeader(ctx); err != nil {
 			return err
 		}
-		if err := c.Restart(ctx, l); err != nil {
-			return err
-		}
-	}
-	return fmt.Errorf("testbed: z%d did not win an election: %w", to, ErrNoLeader)
-}
-
-func (c *ZKCluster) setNet(change func(*netState)) {
-	c.netMu.Lock()
-	defer c.netMu.Unlock()
-	next := c.net.clone()
-	change(next)
-	c.net = next
-	for _, s := range c.servers {
-		s.askMu.Lock()
-		s.proxies.ask(control{Net: next}, 5*time.Second)
-		s.askMu.Unlock()
-	}
-}
-
-// Degrade adds delay and jitter to every link of server i, both ways:
-// its client link and its peer links. Zero removes it.
-func (c *ZKCluster) Degrade(i int, delay, jitter time.Duration) {
-	c.setNet(func(n *netState) { n.Extra[i].Delay, n.Extra[i].Jitter = delay, jitter })
-}
-
-// Blackhole drops every byte on server i's links while on.
-func (c *ZKCluster) Blackhole(i int, on bool) {
-	c.setNet(func(n *netState) { n.Extra[i].Blackhole = on })
-}
-
-// BlackholeClients drops every byte on every client link while on (peer
-// links keep working): the client is cut off from the whole ensemble.
-func (c *ZKCluster) BlackholeClients(on bool) {
-	c.setNet(func(n *netState) { n.ClientsCut = on })
+		return c.Restart(ctx, from)
+	})
 }
 
 // ClientConnections returns how many client connections server i's proxy
 // has accepted.
-func (c *ZKCluster) ClientConnections(i int) uint64 {
-	s := c.servers[i]
-	s.askMu.Lock()
-	defer s.askMu.Unlock()
-	r, err := s.proxies.ask(control{Query: "accepted"}, 5*time.Second)
-	if err != nil {
-		return 0
-	}
-	var n uint64
-	fmt.Sscanf(r, "accepted %d", &n)
-	return n
-}
-
-// Pause freezes server i's JVM (SIGSTOP): its TCP connections stay open
-// and its kernel still accepts new ones; nothing answers.
-func (c *ZKCluster) Pause(i int) error {
-	if err := c.signal(i, syscall.SIGSTOP); err != nil {
-		return err
-	}
-	c.servers[i].paused.Store(true)
-	return nil
-}
-
-// Resume continues a paused server (SIGCONT).
-func (c *ZKCluster) Resume(i int) error {
-	if err := c.signal(i, syscall.SIGCONT); err != nil {
-		return err
-	}
-	c.servers[i].paused.Store(false)
-	return nil
-}
-
-func (c *ZKCluster) signal(i int, sig syscall.Signal) error {
-	return signalProcess(fmt.Sprintf("z%d", i), c.servers[i].PID(), sig)
-}
-
-// Kill crashes server i's JVM (SIGKILL) and waits for it to end.
-func (c *ZKCluster) Kill(i int) error {
-	s := c.servers[i]
-	s.jvmMu.Lock()
-	cmd, exited := s.jvm, s.exited
-	s.jvmMu.Unlock()
-	if cmd == nil {
-		return fmt.Errorf("%w: z%d", ErrNotRunning, i)
-	}
-	select {
-	case <-exited:
-		return fmt.Errorf("%w: z%d", ErrNotRunning, i)
-	default:
-	}
-	cmd.Process.Kill()
-	<-exited
-	return nil
-}
+func (c *ZKCluster) ClientConnections(i int) uint64 { return c.servers[i].clientConnections() }
 
 // Restart starts a killed server again on its data and waits until it
 // serves.
 func (c *ZKCluster) Restart(ctx context.Context, i int) error {
-	if c.servers[i].PID() != 0 {
-		return fmt.Errorf("testbed: z%d is running", i)
+	if err := c.servers[i].stopped(); err != nil {
+		return err
 	}
 	if err := c.launchJVM(c.servers[i]); err != nil {
 		return err
@@ -671,19 +455,7 @@ func (c *ZKCluster) Close() error {
 	c.closed = true
 	c.mu.Unlock()
 	for _, s := range c.servers {
-		s.jvmMu.Lock()
-		cmd, exited := s.jvm, s.exited
-		s.jvmMu.Unlock()
-		if cmd != nil {
-			syscall.Kill(cmd.Process.Pid, syscall.SIGCONT)
-			cmd.Process.Kill()
-			<-exited
-		}
-		if p := s.proxies; p != nil {
-			p.cmd.Process.Kill()
-			p.stdin.Close()
-			<-p.exited
-		}
+		s.close()
 	}
 	if c.ownDir {
 		return os.RemoveAll(c.dir)

@@ -51,6 +51,7 @@ func runZKProxies(raw string) int {
 	var net atomic.Pointer[netState]
 	net.Store(spec.Net)
 	var client *proxy.Proxy
+	var all []*proxy.Proxy
 	for _, l := range spec.Links {
 		shape := func(string, proxy.Direction) proxy.Link { return net.Load().clientLink(spec.Index) }
 		if l.From >= 0 {
@@ -67,6 +68,7 @@ func runZKProxies(raw string) int {
 			return 1
 		}
 		defer p.Close()
+		all = append(all, p)
 		if l.From < 0 {
 			client = p
 		}
@@ -76,7 +78,7 @@ func runZKProxies(raw string) int {
 		return 2
 	}
 	fmt.Println(readyLine)
-	parentGone := serveControl(&net, client.Accepted)
+	parentGone := serveControl(&net, all, client.Accepted)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	select {

@@ -10,7 +10,7 @@
 // sleep up to about a millisecond, the timerfd does not.
 //
 // The shaping of a link is looked up for every chunk, so changes apply to
-// live connections at once. A connection's key comes from Config.Identify,
+// live connections at once; Recheck applies a Reset to idle ones too. A connection's key comes from Config.Identify,
 // which reads the first bytes the dialer sends (etcd's raft connections name
 // their sender in an X-Server-From header), so one listener can give each
 // sender its own delay.
@@ -38,9 +38,23 @@ type Link struct {
 	// Jitter adds a uniform random extra in [−Jitter, +Jitter] per chunk
 	// (the total never below zero).
 	Jitter time.Duration
-	// Blackhole drops every byte while set; connections stay open, as a
-	// partitioned network leaves them.
+	// Blackhole drops every byte while set; connections stay open. Bytes
+	// dropped from the middle of a stream are lost for good, which TCP
+	// never does: use it to cut a link for longer than the protocol's own
+	// timeouts, Stall for a partition that heals.
 	Blackhole bool
+	// Stall holds every byte while set and delivers it once cleared, as TCP
+	// does across a network partition that heals before its retransmission
+	// gives up: the proxy stops reading, so the sender's buffers fill and
+	// it blocks. Bytes already on their way (delayed) still arrive.
+	Stall bool
+	// Reset makes the link fail fast while set, as a host that refuses a
+	// port: each connection is reset (TCP RST to the dialer, and to the
+	// target if dialled) when it is accepted, when bytes arrive on it, and
+	// on Recheck even if idle. The target is not dialled for a connection
+	// reset on accept. Set on either direction, it resets the connection;
+	// it wins over Blackhole.
+	Reset bool
 }
 
 // Direction of a chunk.
@@ -62,7 +76,8 @@ type Config struct {
 	// more=true, up to 16 KiB. Nil gives every connection the key "".
 	Identify func(first []byte) (key string, more bool)
 	// Shape returns the current shaping for a connection's key and a
-	// direction. Nil means no shaping.
+	// direction. Nil means no shaping. It is called from many goroutines
+	// at once.
 	Shape func(key string, dir Direction) Link
 	// DialRetry is how long a refused connection to Target is retried
 	// before the accepted connection is dropped. ZooKeeper's followers
@@ -80,9 +95,21 @@ type Proxy struct {
 	accepted atomic.Uint64
 
 	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
+	flows  map[*flow]struct{}
 	closed bool
 	wg     sync.WaitGroup
+}
+
+// flow is one proxied connection: the dialer's and, once dialled, the one
+// to the target. Proxy.mu guards up, identified and reset; key is set once,
+// with identified.
+type flow struct {
+	down       net.Conn
+	up         net.Conn // nil until dialled
+	key        string
+	identified bool // key is known
+	reset      bool
+	closed     atomic.Bool // set by close: a stalled reader gives up
 }
 
 // Accepted returns how many connections the proxy has accepted.
@@ -100,7 +127,7 @@ func Listen(port int, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: listen: %w", err)
 	}
-	p := &Proxy{cfg: cfg, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{cfg: cfg, ln: ln, flows: map[*flow]struct{}{}}
 	p.wg.Go(p.acceptLoop)
 	return p, nil
 }
@@ -118,8 +145,8 @@ func (p *Proxy) Close() error {
 	}
 	p.closed = true
 	err := p.ln.Close()
-	for c := range p.conns {
-		c.Close()
+	for f := range p.flows {
+		f.close()
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
@@ -131,27 +158,99 @@ func (p *Proxy) Close() error {
 func (p *Proxy) DropConnections() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for c := range p.conns {
-		c.Close()
+	for f := range p.flows {
+		f.close()
 	}
 }
 
-func (p *Proxy) track(c net.Conn) bool {
+// Recheck resets every live connection whose link now says Reset, idle or
+// not. Chunks in flight see a change of Shape's answers without it; call it
+// after such a change so that connections nobody writes to follow too.
+// A connection accepted while Recheck runs is checked by the proxy itself
+// after its key is known, so none slips between the two.
+func (p *Proxy) Recheck() {
+	p.mu.Lock()
+	var known []*flow
+	for f := range p.flows {
+		if f.identified && !f.reset {
+			known = append(known, f)
+		}
+	}
+	p.mu.Unlock()
+	// Shape is called outside the lock; a key never changes once set.
+	for _, f := range known {
+		if p.resets(f.key) {
+			p.reset(f)
+		}
+	}
+}
+
+// resets reports whether a connection with key is to be reset now.
+func (p *Proxy) resets(key string) bool {
+	return p.shape(key, Upstream).Reset || p.shape(key, Downstream).Reset
+}
+
+// reset resets both sides of f: SO_LINGER 0 makes Close send an RST.
+func (p *Proxy) reset(f *flow) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, live := p.flows[f]; !live || f.reset {
+		return
+	}
+	f.reset = true
+	for _, c := range []net.Conn{f.down, f.up} {
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
+	}
+	f.close()
+}
+
+func (f *flow) close() {
+	f.closed.Store(true)
+	f.down.Close()
+	if f.up != nil {
+		f.up.Close()
+	}
+}
+
+// add registers a newly accepted connection; false (and the connection
+// closed) when the proxy is closed.
+func (p *Proxy) add(f *flow) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		c.Close()
+		f.down.Close()
 		return false
 	}
-	p.conns[c] = struct{}{}
+	p.flows[f] = struct{}{}
 	return true
 }
 
-func (p *Proxy) untrack(c net.Conn) {
+func (p *Proxy) remove(f *flow) {
 	p.mu.Lock()
-	delete(p.conns, c)
+	delete(p.flows, f)
 	p.mu.Unlock()
-	c.Close()
+	f.close()
+}
+
+func (p *Proxy) identified(f *flow, key string) {
+	p.mu.Lock()
+	f.key, f.identified = key, true
+	p.mu.Unlock()
+}
+
+// dialled attaches the connection to the target; false (and up closed)
+// when f was reset or the proxy closed meanwhile.
+func (p *Proxy) dialled(f *flow, up net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || f.reset {
+		up.Close()
+		return false
+	}
+	f.up = up
+	return true
 }
 
 func (p *Proxy) acceptLoop() {
@@ -160,31 +259,38 @@ func (p *Proxy) acceptLoop() {
 		if err != nil {
 			return
 		}
-		if !p.track(c) {
+		f := &flow{down: c}
+		if !p.add(f) {
 			return
 		}
 		p.accepted.Add(1)
-		p.wg.Go(func() { p.serve(c) })
+		p.wg.Go(func() { p.serve(f) })
 	}
 }
 
-func (p *Proxy) serve(down net.Conn) {
-	defer p.untrack(down)
-	key, first, err := p.identify(down)
+func (p *Proxy) serve(f *flow) {
+	defer p.remove(f)
+	key, first, err := p.identify(f.down)
 	if err != nil {
+		return
+	}
+	// Known before checked: a Recheck that misses f (not yet identified)
+	// ran before this check, which then sees the shaping it applied.
+	p.identified(f, key)
+	if p.resets(key) {
+		p.reset(f)
 		return
 	}
 	up, err := p.dialTarget()
 	if err != nil {
 		return
 	}
-	if !p.track(up) {
+	if !p.dialled(f, up) {
 		return
 	}
-	defer p.untrack(up)
 	var wg sync.WaitGroup
-	wg.Go(func() { p.pipe(up, down, key, Upstream, first) })
-	wg.Go(func() { p.pipe(down, up, key, Downstream, nil) })
+	wg.Go(func() { p.pipe(up, f.down, f, key, Upstream, first) })
+	wg.Go(func() { p.pipe(f.down, up, f, key, Downstream, nil) })
 	wg.Wait()
 }
 
@@ -238,7 +344,7 @@ const chunkSize = 32 << 10
 var buffers = sync.Pool{New: func() any { b := make([]byte, chunkSize); return &b }}
 
 // pipe copies src to dst, delaying each chunk by the link's shaping.
-func (p *Proxy) pipe(dst, src net.Conn, key string, dir Direction, first []byte) {
+func (p *Proxy) pipe(dst, src net.Conn, f *flow, key string, dir Direction, first []byte) {
 	queue := make(chan chunk, 4096)
 	done := make(chan struct{})
 	go func() {
@@ -257,11 +363,37 @@ func (p *Proxy) pipe(dst, src net.Conn, key string, dir Direction, first []byte)
 	var last int64
 	enqueue := func(b []byte, buf *[]byte) bool {
 		link := p.shape(key, dir)
+		if link.Reset {
+			if buf != nil {
+				buffers.Put(buf)
+			}
+			p.reset(f)
+			return false
+		}
 		if link.Blackhole {
 			if buf != nil {
 				buffers.Put(buf)
 			}
 			return true
+		}
+		for link.Stall && !link.Reset && !link.Blackhole {
+			// Hold this chunk, and by not reading, everything behind it.
+			select {
+			case <-done:
+				return false
+			case <-time.After(5 * time.Millisecond):
+			}
+			if f.closed.Load() {
+				return false
+			}
+			link = p.shape(key, dir)
+		}
+		if link.Reset {
+			if buf != nil {
+				buffers.Put(buf)
+			}
+			p.reset(f)
+			return false
 		}
 		now := monotonicNow()
 		d := link.Delay

@@ -232,3 +232,83 @@ func TestCloseEndsConnections(t *testing.T) {
 		t.Fatal("connection survived Close")
 	}
 }
+
+// isReset reports whether a read ended because the peer reset or closed
+// the connection (not a timeout).
+func isReset(err error) bool {
+	return err != nil && !isTimeout(err)
+}
+
+// TestReset: while a link says Reset, new connections are reset at once
+// (the target is not dialled), a connection that sends is reset, and
+// Recheck resets idle ones; afterwards the link works again.
+func TestReset(t *testing.T) {
+	target := echoServer(t)
+	var on atomic.Bool
+	p := startProxy(t, Config{Target: target, Shape: func(string, Direction) Link {
+		return Link{Reset: on.Load(), Blackhole: on.Load()}
+	}})
+	idle := dial(t, p.Addr())
+	busy := dial(t, p.Addr())
+	roundTrips(t, idle, 1)
+	roundTrips(t, busy, 1)
+
+	on.Store(true)
+	// A chunk arriving on a live connection resets it, before Recheck.
+	busy.Write([]byte{1})
+	busy.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := busy.Read(make([]byte, 1)); !isReset(err) {
+		t.Errorf("connection that sent under Reset: %v, want a reset", err)
+	}
+	// An idle one is left alone until Recheck.
+	idle.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := idle.Read(make([]byte, 1)); !isTimeout(err) {
+		t.Errorf("idle connection before Recheck: %v, want a timeout", err)
+	}
+	start := time.Now()
+	p.Recheck()
+	idle.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	_, err := idle.Read(make([]byte, 1))
+	if !isReset(err) {
+		t.Errorf("idle connection after Recheck: %v, want a reset", err)
+	}
+	if !strings.Contains(fmt.Sprint(err), "reset") {
+		t.Errorf("idle connection after Recheck: %v, want ECONNRESET (RST, not FIN)", err)
+	}
+	t.Logf("idle connection reset %v after Recheck: %v", time.Since(start), err)
+	// A new connection is accepted and reset at once.
+	fresh := dial(t, p.Addr())
+	fresh.Write([]byte{1})
+	fresh.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := fresh.Read(make([]byte, 1)); !isReset(err) {
+		t.Errorf("new connection under Reset: %v, want a reset", err)
+	}
+
+	on.Store(false)
+	p.Recheck()
+	roundTrips(t, dial(t, p.Addr()), 3)
+}
+
+func TestStallHoldsThenDelivers(t *testing.T) {
+	target := echoServer(t)
+	var on atomic.Bool
+	p := startProxy(t, Config{Target: target, Shape: func(string, Direction) Link { return Link{Stall: on.Load()} }})
+	c := dial(t, p.Addr())
+	roundTrips(t, c, 1)
+	on.Store(true)
+	msg := bytes.Repeat([]byte("0123456789abcdef"), 8192) // 128 KiB: more than one chunk
+	go c.Write(msg)                                       // blocks once the buffers fill, as across a partition
+	c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if n, err := c.Read(make([]byte, 1)); !isTimeout(err) {
+		t.Fatalf("read %d bytes through a stalled link (%v), want none", n, err)
+	}
+	on.Store(false)
+	got := make([]byte, len(msg))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatalf("after the stall lifted: %v", err)
+	}
+	if !bytes.Equal(got, msg) {
+		t.Fatal("bytes held across the stall arrived changed: a stall must lose nothing")
+	}
+}
