@@ -34,7 +34,7 @@ func BenchmarkPick(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					p.Done(nil)
+					p.Done(OK)
 				}
 			})
 		})

@@ -59,6 +59,35 @@ type Config struct {
 	// so that its estimate can show a recovery. Default is 0.005.
 	ProbeShare float64
 
+	// ConsecutiveFailures ejects a member whose reads failed (MemberFault
+	// or Overloaded) this many times in a row, as Envoy's consecutive_5xx.
+	// Default is 5.
+	ConsecutiveFailures int
+	// FailureShare ejects a member whose share of failed reads over the
+	// last FailureWindow exceeds the median share of the other members by
+	// at least this much (with at least MinSamples reads in the window), as
+	// Envoy's failure-percentage rule. Default is 0.3.
+	FailureShare float64
+	// FailureWindow is the span FailureShare is judged over. Default is 1 s.
+	FailureWindow time.Duration
+	// MaxLag takes a member out of the read pool while its applied index
+	// is more than this many entries behind the leader's commit index
+	// (when the prober reports them). Default is 1000.
+	MaxLag uint64
+	// BaseEjection is the least time an ejected member stays out. Each
+	// ejection that follows the last readmission by less than MaxEjection
+	// doubles it, up to MaxEjection (Envoy's base ejection time and its
+	// multiplier). Default is 1 s.
+	BaseEjection time.Duration
+	// MaxEjection caps the ejection time; a member that stays in the pool
+	// for this long is forgiven its past ejections. Default is 30 s.
+	MaxEjection time.Duration
+	// ReadmitSamples is how many of an ejected member's probe-share reads
+	// in a row must be in line with the other members (ReadmitRatio) for it
+	// to come back, besides its probes being in line: readmission needs
+	// fresh evidence, never only the absence of bad news. Default is 3.
+	ReadmitSamples int
+
 	// Temperature (τ) of the boltzmann policy's softmax. Default is 1 ms.
 	Temperature time.Duration
 	// FailureThreshold: after more than this many consecutive failures a
@@ -123,6 +152,27 @@ func (c *Config) setDefaults() {
 	if c.ProbeShare == 0 {
 		c.ProbeShare = 0.005
 	}
+	if c.ConsecutiveFailures == 0 {
+		c.ConsecutiveFailures = 5
+	}
+	if c.FailureShare == 0 {
+		c.FailureShare = 0.3
+	}
+	if c.FailureWindow == 0 {
+		c.FailureWindow = time.Second
+	}
+	if c.MaxLag == 0 {
+		c.MaxLag = 1000
+	}
+	if c.BaseEjection == 0 {
+		c.BaseEjection = time.Second
+	}
+	if c.MaxEjection == 0 {
+		c.MaxEjection = 30 * time.Second
+	}
+	if c.ReadmitSamples == 0 {
+		c.ReadmitSamples = 3
+	}
 	if c.Temperature == 0 {
 		c.Temperature = time.Millisecond
 	}
@@ -179,6 +229,11 @@ func (c *Config) validate() error {
 		{c.ReadmitRatio > 0 && c.ReadmitRatio <= c.EjectRatio, fmt.Sprintf("readmit ratio %v outside (0, eject ratio %v]", c.ReadmitRatio, c.EjectRatio)},
 		{c.MinSamples > 0, fmt.Sprintf("min samples %d must be positive", c.MinSamples)},
 		{c.ProbeShare > 0 && c.ProbeShare < 0.5, fmt.Sprintf("probe share %v outside (0, 0.5)", c.ProbeShare)},
+		{c.ConsecutiveFailures > 0, fmt.Sprintf("consecutive failures %d must be positive", c.ConsecutiveFailures)},
+		{c.FailureShare > 0 && c.FailureShare <= 1, fmt.Sprintf("failure share %v outside (0, 1]", c.FailureShare)},
+		{c.FailureWindow > 0, fmt.Sprintf("failure window %v must be positive", c.FailureWindow)},
+		{c.BaseEjection > 0 && c.MaxEjection >= c.BaseEjection, fmt.Sprintf("ejection times %v..%v: want 0 < base ≤ max", c.BaseEjection, c.MaxEjection)},
+		{c.ReadmitSamples > 0, fmt.Sprintf("readmit samples %d must be positive", c.ReadmitSamples)},
 		{c.Temperature > 0, fmt.Sprintf("temperature %v must be positive", c.Temperature)},
 		{c.FailureThreshold > 0, fmt.Sprintf("failure threshold %d must be positive", c.FailureThreshold)},
 		{c.InitialLatency > 0, fmt.Sprintf("initial latency %v must be positive", c.InitialLatency)},

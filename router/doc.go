@@ -17,7 +17,35 @@
 // a background loop probes the members every ProbeInterval, rebuilds the
 // snapshot (leader, reachable members, read pool) and swaps it in. Feedback
 // rides on the result: Pick returns a Pick whose Done method reports how the
-// call ended, which feeds the latency estimators and the leader tracker.
+// call ended as an Outcome — each backend maps every error it can see to one
+// in one table — and the router alone decides what each outcome changes.
+//
+// # Read-pool health
+//
+// A member leaves the read pool on any of these, judged after each probe
+// round (Config names the parameters; defaults in brackets):
+//   - its probes say it cannot serve a linearizable read: no leader, a term
+//     (epoch) older than the leader's, or an apply index more than MaxLag
+//     [1000] behind the leader's commit index. It leaves at once, before a
+//     read fails there, gets no reads at all, and returns when its probes
+//     recover;
+//   - latency: its read EWMA is above EjectRatio [2] × the median and by
+//     more than MinEjectGap [5 ms]. Reads the caller gave up on count as
+//     censored samples (the member took at least that long) when they are
+//     that far above the median, so a member slower than every caller's
+//     deadline is seen although it never completes a read;
+//   - failures: ConsecutiveFailures [5] failed reads in a row, or a failure
+//     share over FailureWindow [1 s] that exceeds the others' median share
+//     by FailureShare [0.3];
+//   - probe RTT: its probe EWMA far above the members' median, by the same
+//     ratio and gap.
+//
+// An ejected member keeps a ProbeShare [0.5 %] of reads and returns when
+// ReadmitSamples [3] of them in a row are in line with the median and its
+// probes are too, and no sooner than its ejection time: BaseEjection [1 s],
+// doubled for each ejection since it was last forgiven (MaxEjection [30 s]
+// in the pool), capped at MaxEjection. Never more than a minority of the
+// reachable members is out of the pool, and the pool is never empty.
 //
 // # Leader tracking
 //

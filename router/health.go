@@ -1,7 +1,9 @@
 package router
 
 import (
+	"cmp"
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -26,9 +28,10 @@ func (r *Router) loop(ctx context.Context) {
 }
 
 type probeOutcome struct {
-	res ProbeResult
-	rtt time.Duration
-	err error
+	res       ProbeResult
+	rtt       time.Duration
+	err       error
+	busyEpoch uint64 // the member's busyEpoch when the probe started
 }
 
 // refresh probes every member concurrently, then rebuilds the snapshot:
@@ -43,9 +46,10 @@ func (r *Router) refresh(ctx context.Context) {
 			wg.Go(func() {
 				pctx, cancel := context.WithTimeout(ctx, r.cfg.ProbeTimeout)
 				defer cancel()
+				epoch := r.health[i].busyEpoch.Load()
 				start := r.cfg.Clock.Now()
 				res, err := r.cfg.Prober.Probe(pctx, m)
-				outcomes[i] = probeOutcome{res: res, rtt: r.cfg.Clock.Now().Sub(start), err: err}
+				outcomes[i] = probeOutcome{res: res, rtt: r.cfg.Clock.Now().Sub(start), err: err, busyEpoch: epoch}
 			})
 		}
 		wg.Wait()
@@ -63,9 +67,13 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	prev := r.snap.Load()
+	now := r.cfg.Clock.Now()
 
 	for i, o := range outcomes {
 		h := &r.health[i]
+		if h.busy.Load() > 0 || h.busyEpoch.Load() != o.busyEpoch {
+			continue // it overlapped maintenance: no evidence either way
+		}
 		if o.err != nil {
 			h.probeFailures++
 			continue
@@ -74,13 +82,10 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 		h.lastProbe, h.probed = o.res, true
 		h.probe.Add(o.rtt)
 	}
+	rounds := max(1, int(r.cfg.FailureWindow/r.cfg.ProbeInterval))
 	for i := range r.health {
 		h := &r.health[i]
-		if n := h.read.Count(); n != h.readsSeen {
-			h.readsSeen, h.idleRounds = n, 0
-		} else {
-			h.idleRounds++
-		}
+		h.window.push(h.ops[LinearizableRead].Load()+h.ops[StaleRead].Load(), h.readFails.Load(), rounds)
 	}
 
 	var reachable []int
@@ -128,7 +133,14 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 			}
 		}
 	}
-	r.snap.Store(r.buildSnapshot(leader, reachable, r.ejections(reachable, prev.isEjected), sticky))
+	benched := r.benchedLocked(reachable, leader)
+	ejected := r.ejectionsLocked(reachable, benched, prev, now)
+	for i := range r.health {
+		if h := &r.health[i]; !slices.Contains(benched, i) && !slices.Contains(ejected, i) {
+			h.out = ""
+		}
+	}
+	r.snap.Store(r.buildSnapshot(leader, reachable, ejected, benched, sticky))
 	r.rounds.Add(1)
 }
 
@@ -165,86 +177,261 @@ func (r *Router) byServerID(id string, among []int) int {
 	return -1
 }
 
-// idleReadRounds is how many probe rounds without a read sample make an
-// ejected member's read estimate stale, so that probes alone decide.
-const idleReadRounds = 8
+// Reasons a member is out of the read pool, as Stats reports them.
+const (
+	outLatency  = "latency"     // read EWMA far above the median
+	outFailures = "failures"    // consecutive failed reads, or a failure share far above the others'
+	outProbeRTT = "probe_rtt"   // probe round trips far above the others'
+	outNoLeader = "no_leader"   // the member follows no leader
+	outOldTerm  = "older_term"  // the member reports an older term than the leader's
+	outLag      = "apply_lag"   // the member has applied far less than the leader committed
+	outBusy     = "maintenance" // the client asked it for maintenance that stops it serving (Busy)
+)
 
-// ejections decides the read pool. A member leaves it when its read EWMA
-// exceeds EjectRatio × the median of the members' read EWMAs (and by at
-// least MinEjectGap). It comes back when its read EWMA (fed by its probe
-// share of reads) and its probe EWMA are each within ReadmitRatio × the
-// median of the same signal, like compared with like: a probe is a cheaper
-// round trip than a linearizable read, so the two never mix. With no reads
-// to judge by (an idle client), the probe signal alone readmits. Fewer than
-// half the reachable members are ever ejected, so the pool is never empty.
-func (r *Router) ejections(reachable []int, wasEjected []bool) []int {
+// benchedLocked returns the reachable members whose own probes say they
+// cannot serve a linearizable read now: no leader, an older term (epoch)
+// than the leader's, or an apply index more than MaxLag behind the leader's
+// commit index. They leave the read pool at once, before any read fails
+// there, and get no probe share: their probes bring them back. If every
+// reachable member is benched, none is (the pool is never empty).
+// Caller must hold r.mu.
+func (r *Router) benchedLocked(reachable []int, leader int) []int {
+	var leaderTerm, committed uint64
+	if leader >= 0 {
+		lp := r.health[leader].lastProbe
+		leaderTerm, committed = lp.Term, lp.Committed
+		for _, i := range reachable {
+			// The term the followers name the leader at may be newer than
+			// the leader's own last answer; take the highest claim.
+			if h := &r.health[i]; h.probed && h.lastProbe.LeaderID != "" && r.byServerID(h.lastProbe.LeaderID, reachable) == leader {
+				leaderTerm = max(leaderTerm, h.lastProbe.Term)
+			}
+		}
+	}
+	var out []int
+	for _, i := range reachable {
+		h := &r.health[i]
+		if !h.probed && h.busy.Load() == 0 {
+			continue
+		}
+		res := h.lastProbe
+		why := ""
+		switch {
+		case h.busy.Load() > 0:
+			why = outBusy
+		case res.Leaderless:
+			why = outNoLeader
+		case leader >= 0 && res.Term > 0 && res.Term < leaderTerm:
+			why = outOldTerm
+		case committed > 0 && res.Applied > 0 && committed > res.Applied && committed-res.Applied > r.cfg.MaxLag:
+			why = outLag
+		}
+		if why != "" {
+			h.out = why
+			out = append(out, i)
+		}
+	}
+	if len(out) == len(reachable) {
+		return nil
+	}
+	return out
+}
+
+// ejectionsLocked decides which reachable, unbenched members are ejected
+// from the read pool on the evidence of reads and probe round trips:
+//   - latency: read EWMA (≥ MinSamples samples, censored ones included)
+//     above EjectRatio × the median and by more than MinEjectGap;
+//   - failures: ConsecutiveFailures failed reads in a row, or a failure
+//     share over FailureWindow that exceeds the others' median share by
+//     FailureShare;
+//   - probe RTT: probe EWMA far above the members' median probe EWMA, by
+//     the same ratio and gap.
+//
+// An ejected member stays out for at least its ejection time (BaseEjection,
+// doubled for each ejection since it was last forgiven, capped at
+// MaxEjection) and until fresh evidence brings it back: ReadmitSamples
+// probe-share reads in a row in line with the median, and its probe EWMA in
+// line with the others'. At most a minority of the reachable members is out
+// of the pool (benched ones included). Caller must hold r.mu.
+func (r *Router) ejectionsLocked(reachable, benched []int, prev *snapshot, now time.Time) []int {
 	var judged, probes []time.Duration
 	for _, i := range reachable {
 		h := &r.health[i]
 		if h.read.Count() >= uint64(r.cfg.MinSamples) {
 			judged = append(judged, h.read.Value())
 		}
-		if h.probed {
+		if h.probed && h.probeFailures == 0 {
 			probes = append(probes, h.probe.Value())
 		}
 	}
-	var probeMedian time.Duration
+	var median, probeMedian time.Duration
+	if len(judged) > 0 {
+		median = medianOf(judged)
+		r.readMedian.Store(int64(median))
+	}
 	if len(probes) > 0 {
 		probeMedian = medianOf(probes)
 	}
-	inLine := func(v, median time.Duration) bool {
-		return float64(v) <= r.cfg.ReadmitRatio*float64(median) || v-median <= r.cfg.MinEjectGap
-	}
-	if len(judged) < 2 {
-		var keep []int
-		for _, i := range reachable {
-			if wasEjected[i] {
-				keep = append(keep, i)
-			}
+	shares := map[int]float64{}
+	for _, i := range reachable {
+		if reads, fails := r.health[i].window.delta(); reads >= uint64(r.cfg.MinSamples) {
+			shares[i] = float64(fails) / float64(reads)
 		}
-		return keep
 	}
-	median := medianOf(judged)
+
 	type candidate struct {
-		i int
-		v time.Duration
+		i   int
+		was bool
+		v   time.Duration
+		why string
 	}
 	var out []candidate
 	for _, i := range reachable {
+		if slices.Contains(benched, i) {
+			continue
+		}
 		h := &r.health[i]
 		v := h.read.Value()
-		switch {
-		case wasEjected[i]:
-			probeOK := !h.probed || inLine(h.probe.Value(), probeMedian)
-			readOK := inLine(v, median) || h.idleRounds >= idleReadRounds
-			if !probeOK || !readOK {
-				out = append(out, candidate{i, v})
+		if slices.Contains(prev.ejected, i) {
+			probeOK := !h.probed || len(probes) < 2 || r.inLine(h.probe.Value(), probeMedian)
+			fresh := h.freshInLine.Load() >= int64(r.cfg.ReadmitSamples)
+			if now.Before(h.ejectUntil) || !probeOK || !fresh {
+				out = append(out, candidate{i: i, was: true, v: v, why: h.out})
 			}
-		case h.read.Count() >= uint64(r.cfg.MinSamples) &&
-			float64(v) > r.cfg.EjectRatio*float64(median) && v-median > r.cfg.MinEjectGap:
-			out = append(out, candidate{i, v})
+			continue
+		}
+		why := ""
+		switch {
+		case h.readFailStreak.Load() >= int64(r.cfg.ConsecutiveFailures):
+			why = outFailures
+		case r.failingMore(i, shares):
+			why = outFailures
+		case len(judged) >= 2 && h.read.Count() >= uint64(r.cfg.MinSamples) && r.farAbove(v, median):
+			why = outLatency
+		case len(probes) >= 2 && h.probed && h.probeFailures == 0 && h.probe.Count() >= 3 && r.farAbove(h.probe.Value(), probeMedian):
+			why = outProbeRTT
+		}
+		if why != "" {
+			out = append(out, candidate{i: i, v: v, why: why})
 		}
 	}
-	slices.SortFunc(out, func(a, b candidate) int { return int(b.v - a.v) })
-	if limit := (len(reachable) - 1) / 2; len(out) > limit {
+	// The minority cap keeps the worst: a member failing its reads, then
+	// the one furthest above its median. A member already out but less
+	// severe than a newcomer makes room for it (a partitioned member
+	// displaces one that is merely a little slow).
+	severity := func(c candidate) float64 {
+		h := &r.health[c.i]
+		switch c.why {
+		case outFailures:
+			return math.Inf(1)
+		case outProbeRTT:
+			return float64(h.probe.Value()) / float64(max(probeMedian, 1))
+		}
+		return float64(c.v) / float64(max(median, 1))
+	}
+	slices.SortStableFunc(out, func(a, b candidate) int { return cmp.Compare(severity(b), severity(a)) })
+	limit := max(0, (len(reachable)-1)/2-len(benched))
+	if len(out) > limit {
 		out = out[:limit]
 	}
-	ejected := make([]int, len(out))
-	for k, c := range out {
-		ejected[k] = c.i
+	ejected := make([]int, 0, len(out))
+	for _, c := range out {
+		ejected = append(ejected, c.i)
+		h := &r.health[c.i]
+		h.out = c.why
+		if !c.was {
+			r.ejectLocked(h, now)
+		}
 	}
 	slices.Sort(ejected)
-	for _, i := range reachable {
-		if wasEjected[i] && !slices.Contains(ejected, i) {
-			// A readmitted member starts afresh: its old estimate describes
-			// the fault, and it must earn MinSamples new reads before it is
-			// judged again.
-			h := &r.health[i]
-			h.read.Reset(median)
-			h.readsSeen, h.idleRounds = 0, 0
+	for _, i := range prev.ejected {
+		if !slices.Contains(ejected, i) && slices.Contains(reachable, i) {
+			r.readmitLocked(&r.health[i], median, now)
 		}
 	}
 	return ejected
+}
+
+// failingMore reports whether member i's failure share exceeds the median
+// share of the other judged members by FailureShare.
+func (r *Router) failingMore(i int, shares map[int]float64) bool {
+	mine, ok := shares[i]
+	if !ok || mine < r.cfg.FailureShare {
+		return false
+	}
+	var others []float64
+	for j, s := range shares {
+		if j != i {
+			others = append(others, s)
+		}
+	}
+	if len(others) == 0 {
+		return false
+	}
+	slices.Sort(others)
+	return mine-others[len(others)/2] >= r.cfg.FailureShare
+}
+
+// ejectLocked starts an ejection: its least duration doubles with each
+// ejection since the member was last forgiven. Caller must hold r.mu.
+func (r *Router) ejectLocked(h *memberHealth, now time.Time) {
+	if !h.admittedAt.IsZero() && now.Sub(h.admittedAt) >= r.cfg.MaxEjection {
+		h.ejections = 0 // in the pool long enough: forgiven
+	}
+	h.ejections++
+	h.totalEjected++
+	d := r.cfg.MaxEjection
+	if h.ejections <= 30 {
+		d = min(r.cfg.BaseEjection<<(h.ejections-1), r.cfg.MaxEjection)
+	}
+	h.ejectUntil = now.Add(d)
+	h.freshInLine.Store(0)
+}
+
+// readmitLocked returns a member to the pool with a fresh start: its old
+// estimate and failures describe the fault, so it must earn MinSamples new
+// reads before it is judged again. Caller must hold r.mu.
+func (r *Router) readmitLocked(h *memberHealth, median time.Duration, now time.Time) {
+	if median <= 0 {
+		median = r.cfg.InitialLatency
+	}
+	h.read.Reset(median)
+	h.readFailStreak.Store(0)
+	h.freshInLine.Store(0)
+	h.window.clear()
+	h.admittedAt = now
+}
+
+// failureWindow keeps, per probe round, a member's cumulative read picks
+// and read failures, so that a share can be taken over the last rounds.
+type failureWindow struct {
+	reads, fails []uint64 // oldest first, at most rounds+1 entries
+}
+
+func (w *failureWindow) push(reads, fails uint64, rounds int) {
+	w.reads = append(w.reads, reads)
+	w.fails = append(w.fails, fails)
+	if n := len(w.reads) - (rounds + 1); n > 0 {
+		w.reads = append(w.reads[:0], w.reads[n:]...)
+		w.fails = append(w.fails[:0], w.fails[n:]...)
+	}
+}
+
+// delta returns the reads and failures over the window.
+func (w *failureWindow) delta() (reads, fails uint64) {
+	if len(w.reads) < 2 {
+		return 0, 0
+	}
+	n := len(w.reads) - 1
+	return w.reads[n] - w.reads[0], w.fails[n] - w.fails[0]
+}
+
+// clear forgets the window's history (a readmitted member starts afresh).
+func (w *failureWindow) clear() {
+	if n := len(w.reads); n > 0 {
+		w.reads = append(w.reads[:0], w.reads[n-1])
+		w.fails = append(w.fails[:0], w.fails[n-1])
+	}
 }
 
 func medianOf(ds []time.Duration) time.Duration {

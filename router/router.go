@@ -2,7 +2,6 @@ package router
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -40,6 +39,10 @@ type Router struct {
 	fallbacks     atomic.Uint64
 	forgets       atomic.Uint64 // bumped by forgetLeader
 	rounds        atomic.Uint64 // completed probe rounds
+	// readMedian is the median read EWMA of the judged members at the last
+	// probe round (ns), 0 while unknown: the yardstick for censored samples
+	// and for an ejected member's fresh reads.
+	readMedian atomic.Int64
 
 	mu         sync.Mutex // serialises snapshot rebuilds
 	lastLeader int        // last known leader index, for counting changes; guarded by mu
@@ -56,19 +59,34 @@ type memberHealth struct {
 	all   *ewma.EWMA // every op's latency: boltzmann's blended signal
 	probe *ewma.EWMA // probe round trips
 
-	consecutiveFailures atomic.Int64
+	consecutiveFailures atomic.Int64 // any class: boltzmann's rule
+	readFailStreak      atomic.Int64 // reads only: the failure rule
+	readFails           atomic.Uint64
+	// freshInLine counts an ejected member's probe-share reads in a row
+	// that were in line with the others: its evidence for readmission.
+	freshInLine atomic.Int64
+	// busy counts maintenance calls in flight (see Router.Busy); busyEpoch
+	// is bumped when one starts or ends, so that a read or probe that
+	// overlapped one is not taken as evidence.
+	busy      atomic.Int32
+	busyEpoch atomic.Uint64
 	// weight is boltzmann's exp(−EWMA/τ), as float64 bits, refreshed when a
 	// sample lands so that Pick does no exp of its own.
 	weight atomic.Uint64
 	ops    [numOps]atomic.Uint64
 	errs   [numOps]atomic.Uint64
+	gaveUp [numOps]atomic.Uint64
 
 	// Off the hot path, guarded by Router.mu.
 	probeFailures int
 	lastProbe     ProbeResult
 	probed        bool
-	readsSeen     uint64 // read.Count() at the last probe round
-	idleRounds    int    // probe rounds in a row without a read sample
+	window        failureWindow
+	out           string    // why the member is out of the read pool, "" when in
+	ejectUntil    time.Time // the least end of the current ejection
+	ejections     int       // ejections not yet forgiven: the backoff's exponent
+	totalEjected  uint64
+	admittedAt    time.Time // last readmission
 
 	_ [64]byte // keep neighbours' hot counters off this cache line
 }
@@ -79,9 +97,10 @@ type snapshot struct {
 	reachable []int // members taking traffic, in member order
 	pool      []int // reachable members in the read pool
 	local     []int // pool members in the client's zone
-	ejected   []int // reachable members out of the read pool
+	ejected   []int // out of the read pool on reads' evidence: they get the probe share
+	benched   []int // out of the read pool on probes' evidence: no reads at all
 	sticky    int   // the sticky policy's member
-	isEjected []bool
+	inPool    []bool
 }
 
 // New validates cfg, starts probing the members in the background and
@@ -111,6 +130,9 @@ func New(cfg Config) (*Router, error) {
 	}
 	r.rnd.Store(cfg.Seed)
 	r.seeded = cfg.Seed != 0
+	// Every client starts its rotations at a random member: a fleet whose
+	// cursors all started at 0 would open every first stream on member 0.
+	r.rr.Store(r.random())
 	for i := range r.health {
 		h := &r.health[i]
 		h.read, _ = ewma.New(cfg.Alpha, cfg.InitialLatency)
@@ -126,7 +148,7 @@ func New(cfg Config) (*Router, error) {
 	for i := range all {
 		all[i] = i
 	}
-	r.snap.Store(r.buildSnapshot(-1, all, nil, sticky))
+	r.snap.Store(r.buildSnapshot(-1, all, nil, nil, sticky))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -171,6 +193,8 @@ type Pick struct {
 	op           Op
 	start        time.Duration // since r.epoch; 0 when the policy ignores latency
 	leaderPinned bool
+	probing      bool   // an ejected member's probe-share read
+	busyEpoch    uint64 // the member's busyEpoch at the pick, for timed ops
 }
 
 // Pick chooses a member for an operation of class op. It never blocks and,
@@ -181,21 +205,28 @@ func (r *Router) Pick(ctx context.Context, op Op) (Pick, error) {
 		return Pick{}, ErrClosed
 	}
 	s := r.snap.Load()
-	idx, pinned := -1, false
+	p := Pick{Index: -1, r: r, op: op}
 	if o, ok := overrideFrom(ctx); ok {
-		if o.member != "" {
-			if idx = r.indexOf(o.member); idx < 0 {
+		switch {
+		case o.member != "":
+			if p.Index = r.indexOf(o.member); p.Index < 0 {
 				return Pick{}, fmt.Errorf("%w: %q", ErrUnknownMember, o.member)
 			}
-		} else {
-			idx, pinned = r.toLeader(s)
+			if o.prefer && !s.inPool[p.Index] {
+				p.Index = -1
+			}
+		default:
+			p.Index, p.leaderPinned = r.toLeader(s)
 		}
-	} else {
-		idx, pinned = r.choose(s, op)
 	}
-	r.health[idx].ops[op].Add(1)
-	p := Pick{Member: r.members[idx], Index: idx, r: r, op: op, leaderPinned: pinned}
+	if p.Index < 0 {
+		r.choose(s, &p)
+	}
+	h := &r.health[p.Index]
+	h.ops[op].Add(1)
+	p.Member = r.members[p.Index]
 	if r.timed[op] {
+		p.busyEpoch = h.busyEpoch.Load()
 		p.start = r.elapsed()
 	}
 	return p, nil
@@ -237,42 +268,78 @@ func (r *Router) elapsed() time.Duration {
 	return r.cfg.Clock.Now().Sub(r.epoch)
 }
 
-// Done reports how the operation ended. Backends pass only errors that
-// speak against the member (transport failures, timeouts, "not leader"),
-// nil for application errors such as a failed compare. A cancelled context
-// is neither a sample nor a failure.
-func (p Pick) Done(err error) {
+// Done reports how the operation ended; call it exactly once. The router
+// alone decides what each outcome changes:
+//   - OK and AppError: a latency sample (for the classes the policy times)
+//     and the end of the member's failure streak.
+//   - MemberFault: counts toward the failure rule (reads) and boltzmann's
+//     penalty; a write pinned to the current leader clears it and asks for
+//     a re-probe (a failure at a leader that is no longer current does not).
+//   - Overloaded: as MemberFault, but never clears the leader.
+//   - CallerGaveUp: no failure. A read cut after d is censored evidence that
+//     the member takes at least d; it becomes a sample only when d is far
+//     above the other members' median latency (EjectRatio and MinEjectGap),
+//     so that a caller's short deadline punishes nobody.
+//   - NotSent: takes the pick back: not counted, no sample.
+//
+// Streams are never latency samples: their lifetime is not a latency.
+func (p Pick) Done(o Outcome) {
 	r := p.r
 	if r == nil {
 		return
 	}
-	if err != nil && errors.Is(err, context.Canceled) {
+	h := &r.health[p.Index]
+	if o == NotSent {
+		h.ops[p.op].Add(^uint64(0))
 		return
 	}
-	h := &r.health[p.Index]
 	timed := r.timed[p.op]
 	var latency time.Duration
 	if timed {
 		latency = r.elapsed() - p.start
+		if h.busyEpoch.Load() != p.busyEpoch {
+			// It overlapped maintenance the client asked for: whatever it
+			// shows is the maintenance, not the member's health.
+			return
+		}
 	}
-	if err != nil {
+	switch o {
+	case CallerGaveUp:
+		h.gaveUp[p.op].Add(1)
+		if timed {
+			r.censored(h, p, latency)
+		}
+		return
+	case MemberFault, Overloaded:
 		h.errs[p.op].Add(1)
 		h.consecutiveFailures.Add(1)
-		if timed {
+		if p.op.IsRead() {
+			h.readFails.Add(1)
+			h.readFailStreak.Add(1)
+			if p.probing {
+				h.freshInLine.Store(0)
+			}
+		}
+		if timed && r.kind == boltzmannKind {
 			// Errors inflate the estimate so that traffic shifts away.
 			h.all.Add(max(latency, 4*h.all.Value(), 10*r.cfg.InitialLatency))
 			r.updateWeight(h)
 		}
-		if p.leaderPinned {
+		if o == MemberFault && p.leaderPinned && p.op != Stream {
 			r.forgetLeader(p.Index)
 		}
 		return
 	}
+	// OK or AppError: the member answered. Stores only when something is
+	// to be cleared: a store on every success would bounce the cache line.
 	if h.consecutiveFailures.Load() != 0 {
-		h.consecutiveFailures.Store(0) // a store on every success would bounce the cache line
+		h.consecutiveFailures.Store(0)
+	}
+	if p.op.IsRead() && h.readFailStreak.Load() != 0 {
+		h.readFailStreak.Store(0)
 	}
 	if !timed {
-		return // includes streams: a stream's lifetime is not a latency
+		return
 	}
 	if r.kind == boltzmannKind {
 		// Only the blended signal: the read estimate serves hybrid's read
@@ -282,32 +349,99 @@ func (p Pick) Done(err error) {
 		return
 	}
 	h.read.Add(latency)
-}
-
-// Abandon takes back a Pick whose operation was never sent (the backend had
-// no connection to the member): it is not counted and reports nothing.
-func (p Pick) Abandon() {
-	if p.r != nil {
-		p.r.health[p.Index].ops[p.op].Add(^uint64(0))
+	if p.probing {
+		if r.inLine(latency, time.Duration(r.readMedian.Load())) {
+			h.freshInLine.Add(1)
+		} else {
+			h.freshInLine.Store(0)
+		}
 	}
 }
 
-// choose applies the policy.
-func (r *Router) choose(s *snapshot, op Op) (idx int, leaderPinned bool) {
+// censored folds in a read the caller gave up on after d: the member took
+// at least d. Only a d far above the others' median says anything; then d
+// itself (a lower bound) is the sample.
+func (r *Router) censored(h *memberHealth, p Pick, d time.Duration) {
+	if r.kind == boltzmannKind {
+		if d > h.all.Value() {
+			h.all.Add(d)
+			r.updateWeight(h)
+		}
+		return
+	}
+	median := time.Duration(r.readMedian.Load())
+	if median <= 0 || !r.farAbove(d, median) {
+		return
+	}
+	h.read.Add(d)
+	if p.probing {
+		h.freshInLine.Store(0)
+	}
+}
+
+// farAbove reports whether v is far above median: beyond EjectRatio times
+// it and by more than MinEjectGap.
+func (r *Router) farAbove(v, median time.Duration) bool {
+	return float64(v) > r.cfg.EjectRatio*float64(median) && v-median > r.cfg.MinEjectGap
+}
+
+// inLine reports whether v is in line with median: within ReadmitRatio
+// times it, or within MinEjectGap of it.
+func (r *Router) inLine(v, median time.Duration) bool {
+	return float64(v) <= r.cfg.ReadmitRatio*float64(median) || v-median <= r.cfg.MinEjectGap
+}
+
+// Busy marks member idx as busy with maintenance the client itself asked
+// for (etcd's Defragment, during which the member serves nothing): until
+// the returned func is called the member takes no reads, and what its reads
+// and probes show meanwhile is no evidence — a planned pause is not a grey
+// failure, and it is not counted as an ejection. The func is idempotent.
+func (r *Router) Busy(idx int) (end func()) {
+	h := &r.health[idx]
+	r.mu.Lock()
+	h.busy.Add(1)
+	h.busyEpoch.Add(1)
+	r.rebenchLocked()
+	r.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			h.busy.Add(-1)
+			h.busyEpoch.Add(1)
+			r.rebenchLocked()
+			r.mu.Unlock()
+		})
+	}
+}
+
+// rebenchLocked rebuilds the snapshot with the benched members recomputed
+// and everything else as it is. Caller must hold r.mu.
+func (r *Router) rebenchLocked() {
+	s := r.snap.Load()
+	r.snap.Store(r.buildSnapshot(s.leader, s.reachable, s.ejected, r.benchedLocked(s.reachable, s.leader), s.sticky))
+}
+
+// Abandon takes back a Pick whose operation was never sent: Done(NotSent).
+func (p Pick) Abandon() { p.Done(NotSent) }
+
+// choose applies the policy to p.op and fills p's member index and flags.
+func (r *Router) choose(s *snapshot, p *Pick) {
 	switch r.kind {
 	case roundRobinKind:
-		return r.rotate(s.reachable), false
+		p.Index = r.rotate(s.reachable)
 	case leaderOnlyKind:
-		return r.toLeader(s)
+		p.Index, p.leaderPinned = r.toLeader(s)
 	case stickyKind:
-		return s.sticky, false
+		p.Index = s.sticky
 	case boltzmannKind:
-		return r.boltzmann(s), false
+		p.Index = r.boltzmann(s)
 	default: // hybridKind
-		if op == Write {
-			return r.toLeader(s)
+		if p.op == Write {
+			p.Index, p.leaderPinned = r.toLeader(s)
+			return
 		}
-		return r.fromPool(s, op), false
+		p.Index, p.probing = r.fromPool(s, p.op)
 	}
 }
 
@@ -326,6 +460,15 @@ func (r *Router) Home() (idx int, ok bool) {
 // Reachable reports whether member idx answers its probes and serves.
 func (r *Router) Reachable(idx int) bool {
 	return slices.Contains(r.snap.Load().reachable, idx)
+}
+
+// Serves reports whether member idx can hold long-lived streams: it is
+// reachable and its probes show nothing that stops it serving (no leader,
+// an older term, a large apply lag). A member ejected for slowness still
+// serves; backends move streams only off members that do not.
+func (r *Router) Serves(idx int) bool {
+	s := r.snap.Load()
+	return slices.Contains(s.reachable, idx) && !slices.Contains(s.benched, idx)
 }
 
 // WaitProbed waits until the leader is known or every member has answered
@@ -370,19 +513,21 @@ func (r *Router) rotate(set []int) int {
 	return set[(r.rr.Add(1)-1)%uint64(len(set))]
 }
 
-// fromPool spreads reads over the read pool, giving each ejected member its
-// probe share so that a recovery shows in its estimate.
-func (r *Router) fromPool(s *snapshot, op Op) int {
-	if len(s.ejected) > 0 {
+// fromPool spreads reads and streams over the read pool, giving each
+// ejected member its probe share of reads so that a recovery shows in its
+// estimate (probing). A stream, which stays where it starts, never goes to
+// an ejected member.
+func (r *Router) fromPool(s *snapshot, op Op) (idx int, probing bool) {
+	if len(s.ejected) > 0 && op != Stream {
 		share := r.cfg.ProbeShare * float64(len(s.ejected))
 		if u := r.uniform(); u < share {
-			return s.ejected[int(u/r.cfg.ProbeShare)%len(s.ejected)]
+			return s.ejected[int(u/r.cfg.ProbeShare)%len(s.ejected)], true
 		}
 	}
 	if op == StaleRead && len(s.local) > 0 {
-		return r.rotate(s.local)
+		return r.rotate(s.local), false
 	}
-	return r.rotate(s.pool)
+	return r.rotate(s.pool), false
 }
 
 // maxExponent keeps exp(−EWMA/τ) above float64's underflow: members slower
@@ -450,28 +595,34 @@ func (r *Router) indexOf(id string) int {
 }
 
 // forgetLeader clears the cached leader if it is still idx, and asks for an
-// immediate re-probe. Writes fall back to round robin meanwhile.
+// immediate re-probe. Writes fall back to round robin meanwhile. A failure
+// at a member that is no longer the leader changes nothing: it must not
+// cost the current leader its place.
 func (r *Router) forgetLeader(idx int) {
-	r.forgets.Add(1)
 	r.mu.Lock()
 	s := r.snap.Load()
-	if s.leader == idx {
-		r.snap.Store(r.buildSnapshot(-1, s.reachable, s.ejected, s.sticky))
+	if s.leader != idx {
+		r.mu.Unlock()
+		return
 	}
+	r.forgets.Add(1)
+	r.snap.Store(r.buildSnapshot(-1, s.reachable, s.ejected, s.benched, s.sticky))
 	r.mu.Unlock()
 	r.Refresh()
 }
 
-func (r *Router) buildSnapshot(leader int, reachable, ejected []int, sticky int) *snapshot {
-	s := &snapshot{leader: leader, reachable: reachable, sticky: sticky, isEjected: make([]bool, len(r.members))}
-	for _, i := range ejected {
-		if slices.Contains(reachable, i) {
-			s.isEjected[i] = true
-			s.ejected = append(s.ejected, i)
-		}
-	}
+// buildSnapshot assembles a snapshot; ejected and benched members that are
+// not reachable are dropped (they get no traffic at all).
+func (r *Router) buildSnapshot(leader int, reachable, ejected, benched []int, sticky int) *snapshot {
+	s := &snapshot{leader: leader, reachable: reachable, sticky: sticky, inPool: make([]bool, len(r.members))}
 	for _, i := range reachable {
-		if !s.isEjected[i] {
+		switch {
+		case slices.Contains(benched, i):
+			s.benched = append(s.benched, i)
+		case slices.Contains(ejected, i):
+			s.ejected = append(s.ejected, i)
+		default:
+			s.inPool[i] = true
 			s.pool = append(s.pool, i)
 			if r.cfg.ClientZone != "" && r.members[i].Zone == r.cfg.ClientZone {
 				s.local = append(s.local, i)

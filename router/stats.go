@@ -1,6 +1,9 @@
 package router
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Stats is a point-in-time view of the router.
 type Stats struct {
@@ -18,9 +21,11 @@ type Stats struct {
 // MemberStats is one member's share of Stats.
 type MemberStats struct {
 	Member Member
-	// Ops and Errors count operations routed to the member, by Op.
+	// Ops counts operations routed to the member, by Op; Errors those that
+	// ended in MemberFault or Overloaded, GaveUp those the caller gave up on.
 	Ops    [numOps]uint64
 	Errors [numOps]uint64
+	GaveUp [numOps]uint64
 	// ReadLatency is the member's read EWMA (kept by the hybrid policy,
 	// which uses it); ProbeRTT its probe EWMA.
 	ReadLatency time.Duration
@@ -28,7 +33,12 @@ type MemberStats struct {
 	// ProbeOK: the member answered its last leader probe.
 	ProbeOK   bool
 	Reachable bool
+	// Ejected: reachable but out of the read pool; OutReason says why
+	// ("latency", "failures", "probe_rtt", "no_leader", "older_term",
+	// "apply_lag"). Ejections counts how often it was ejected.
 	Ejected   bool
+	OutReason string
+	Ejections uint64
 	Leader    bool
 }
 
@@ -55,16 +65,21 @@ func (r *Router) Stats() Stats {
 			Member:      r.members[i],
 			ReadLatency: h.read.Value(),
 			ProbeRTT:    h.probe.Value(),
-			Ejected:     s.isEjected[i],
+			Ejected:     slices.Contains(s.ejected, i) || slices.Contains(s.benched, i),
+			Ejections:   h.totalEjected,
 			Leader:      i == s.leader,
 			ProbeOK:     h.probed && h.probeFailures == 0,
 		}
 		for _, j := range s.reachable {
 			ms.Reachable = ms.Reachable || i == j
 		}
+		if ms.Ejected {
+			ms.OutReason = h.out
+		}
 		for op := range numOps {
 			ms.Ops[op] = h.ops[op].Load()
 			ms.Errors[op] = h.errs[op].Load()
+			ms.GaveUp[op] = h.gaveUp[op].Load()
 		}
 		st.Members[i] = ms
 	}

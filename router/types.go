@@ -39,6 +39,47 @@ func (o Op) String() string {
 // confirmation, so its latency speaks for the member's health as a reader.
 func (o Op) IsRead() bool { return o == LinearizableRead || o == StaleRead }
 
+// Outcome is how an operation ended, as far as routing cares. Each backend
+// maps every error it can see to one Outcome in one table; the router alone
+// decides what an Outcome changes (see Pick.Done).
+type Outcome uint8
+
+const (
+	// OK: the member served the operation.
+	OK Outcome = iota
+	// AppError: the member served the operation and refused it on its
+	// merits (a failed compare, a missing node, permission denied). For
+	// routing it is a success: the member answered in its normal time.
+	AppError
+	// MemberFault: the member could not serve the operation: the transport
+	// failed, the member is unavailable, has no leader, is not the leader
+	// a write was pinned to, or timed out on its own side.
+	MemberFault
+	// Overloaded: the member refused for load (etcd "too many requests").
+	// It counts against the member's reads but never clears the leader.
+	Overloaded
+	// CallerGaveUp: the caller's deadline passed or the caller cancelled.
+	// A read cut after d is censored evidence that the member takes at
+	// least d; it counts only when d is far above the other members'
+	// latency, so that a caller's short deadline punishes nobody.
+	CallerGaveUp
+	// NotSent: the operation never left the client (no connection was
+	// ready, the transport re-picked before sending). Not a sample, not a
+	// success, not counted.
+	NotSent
+
+	numOutcomes = 6
+)
+
+var outcomeNames = [numOutcomes]string{"ok", "app_error", "member_fault", "overloaded", "caller_gave_up", "not_sent"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", o)
+}
+
 // Member is one server of the cluster.
 type Member struct {
 	// ID names the member for the router and its users; backends use the
@@ -68,6 +109,15 @@ type ProbeResult struct {
 	// NotServing marks a member that answered but must not receive traffic
 	// (an etcd learner, a ZooKeeper server without quorum).
 	NotServing bool
+	// Leaderless marks a member that answered but follows no leader (etcd
+	// Status.Leader == 0): its linearizable reads would hang until the
+	// server gives up, so it leaves the read pool at once.
+	Leaderless bool
+	// Committed and Applied are the member's commit and apply indexes
+	// (etcd RaftIndex, RaftAppliedIndex), 0 when unknown. A member that has
+	// applied far less than the leader has committed (Config.MaxLag) serves
+	// linearizable reads only after catching up, so it leaves the read pool.
+	Committed, Applied uint64
 }
 
 // Prober asks one member who the leader is. It must honour ctx's deadline;
@@ -115,6 +165,7 @@ type overrideKey struct{}
 type override struct {
 	leader bool
 	member string
+	prefer bool // member is a preference, kept only while it serves reads
 }
 
 // WithLeader returns a context whose operations go to the leader whatever
@@ -130,10 +181,26 @@ func WithMember(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, overrideKey{}, override{member: id})
 }
 
+// WithPreferredMember returns a context whose operations go to the member
+// with the given ID while it is in the read pool, and where the policy says
+// otherwise. A long-lived stream opened with it starts on that member and,
+// when the member stops serving, resumes elsewhere. Pick fails with
+// ErrUnknownMember if no such member exists.
+func WithPreferredMember(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, overrideKey{}, override{member: id, prefer: true})
+}
+
+// HasOverride reports whether ctx carries a per-call override (WithLeader,
+// WithMember or WithPreferredMember).
+func HasOverride(ctx context.Context) bool {
+	_, ok := overrideFrom(ctx)
+	return ok
+}
+
 // ForcedMember returns the member ID set by WithMember on ctx, if any.
 func ForcedMember(ctx context.Context) (string, bool) {
 	o, ok := overrideFrom(ctx)
-	return o.member, ok && o.member != ""
+	return o.member, ok && o.member != "" && !o.prefer
 }
 
 func overrideFrom(ctx context.Context) (override, bool) {

@@ -1,0 +1,394 @@
+package router
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// runOutcome issues n reads; outcome says how each ended at each member and
+// how long it took there.
+func (tr testRouter) runOutcome(t *testing.T, n int, op Op, outcome func(Member) (Outcome, time.Duration)) map[string]int {
+	t.Helper()
+	counts := map[string]int{}
+	for range n {
+		p, err := tr.Pick(context.Background(), op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[p.Member.ID]++
+		o, d := outcome(p.Member)
+		tr.clock.Advance(d)
+		p.Done(o)
+	}
+	return counts
+}
+
+// withProbe replaces the test cluster's probe answer for one member.
+func (tr testRouter) withProbe(edit func(m Member, res *ProbeResult)) {
+	tr.cfg.Prober = ProberFunc(func(ctx context.Context, m Member) (ProbeResult, error) {
+		res, err := tr.cluster.Probe(ctx, m)
+		edit(m, &res)
+		return res, err
+	})
+}
+
+func TestCensoredReadsEjectMemberBeyondDeadline(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	// m1 never answers within the callers' 60 ms deadline: not one
+	// successful sample ever arrives from it.
+	beyond := func(m Member) (Outcome, time.Duration) {
+		if m.ID == "m1" {
+			return CallerGaveUp, 60 * time.Millisecond
+		}
+		return OK, time.Millisecond
+	}
+	tr.runOutcome(t, 300, LinearizableRead, beyond)
+	tr.probeRound() // learns the median
+	tr.runOutcome(t, 300, LinearizableRead, beyond)
+	tr.probeRound()
+	m := tr.Stats().Members[1]
+	if !m.Ejected || m.OutReason != outLatency {
+		t.Fatalf("member beyond the deadline not ejected: %+v", m)
+	}
+	if m.ReadLatency < 30*time.Millisecond {
+		t.Fatalf("censored reads left the estimate at %v", m.ReadLatency)
+	}
+}
+
+func TestShortCallerDeadlinePunishesNobody(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	tr.run(t, 300, LinearizableRead, flat(3*time.Millisecond))
+	tr.probeRound()
+	// Now every caller gives up after 1 ms, at every member alike.
+	for range 5 {
+		tr.runOutcome(t, 300, LinearizableRead, func(Member) (Outcome, time.Duration) { return CallerGaveUp, time.Millisecond })
+		tr.probeRound()
+	}
+	for _, m := range tr.Stats().Members {
+		if m.Ejected {
+			t.Fatalf("%s ejected for callers' short deadlines: %+v", m.Member.ID, m)
+		}
+	}
+}
+
+func TestConsecutiveFailuresEject(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	tr.run(t, 60, LinearizableRead, flat(time.Millisecond))
+	tr.probeRound()
+	// m2 fails fast: its failures are quicker than the others' successes,
+	// so latency alone would keep it.
+	tr.runOutcome(t, 30, LinearizableRead, func(m Member) (Outcome, time.Duration) {
+		if m.ID == "m2" {
+			return MemberFault, 100 * time.Microsecond
+		}
+		return OK, time.Millisecond
+	})
+	tr.probeRound()
+	m := tr.Stats().Members[2]
+	if !m.Ejected || m.OutReason != outFailures {
+		t.Fatalf("fast-failing member not ejected: %+v", m)
+	}
+	c := tr.runOutcome(t, 20000, LinearizableRead, func(m Member) (Outcome, time.Duration) {
+		if m.ID == "m2" {
+			return MemberFault, 100 * time.Microsecond
+		}
+		return OK, time.Millisecond
+	})
+	if share := float64(c["m2"]) / 20000; share > 0.01 {
+		t.Fatalf("failing member still gets %.2f%% of reads", 100*share)
+	}
+}
+
+func TestFailureShareEjects(t *testing.T) {
+	tr := newTestRouter(t, Config{ProbeInterval: 250 * time.Millisecond})
+	// m2 fails every other read: never 5 in a row, but half its reads.
+	n := 0
+	half := func(m Member) (Outcome, time.Duration) {
+		if m.ID == "m2" {
+			n++
+			if n%2 == 0 {
+				return MemberFault, time.Millisecond
+			}
+		}
+		return OK, time.Millisecond
+	}
+	for range 4 {
+		tr.runOutcome(t, 150, LinearizableRead, half)
+		tr.probeRound()
+	}
+	m := tr.Stats().Members[2]
+	if !m.Ejected || m.OutReason != outFailures {
+		t.Fatalf("member failing half its reads not ejected: %+v", m)
+	}
+	if tr.Stats().Members[0].Ejected || tr.Stats().Members[1].Ejected {
+		t.Fatal("healthy members ejected")
+	}
+}
+
+func TestProbeEvidenceBenchesAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(res *ProbeResult)
+		why  string
+	}{
+		{"no leader", func(res *ProbeResult) { res.LeaderID, res.Leaderless = "", true }, outNoLeader},
+		{"older term", func(res *ProbeResult) { res.Term = 1; res.LeaderID = "sid-m0" }, outOldTerm},
+		{"apply lag", func(res *ProbeResult) { res.Committed, res.Applied = 10000, 5000 }, outLag},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTestRouter(t, Config{})
+			tr.cluster.set("m0", 2)
+			bad := true
+			tr.withProbe(func(m Member, res *ProbeResult) {
+				res.Committed, res.Applied = 10000, 10000
+				if m.ID == "m1" && bad {
+					tc.edit(res)
+				}
+			})
+			tr.probeRound()
+			m := tr.Stats().Members[1]
+			if !m.Ejected || m.OutReason != tc.why {
+				t.Fatalf("not out of the pool on its probe: %+v", m)
+			}
+			// No probe share: its reads would fail.
+			if c := tr.run(t, 5000, LinearizableRead, flat(time.Millisecond)); c["m1"] != 0 {
+				t.Fatalf("benched m1 got %d reads", c["m1"])
+			}
+			if st := tr.Stats(); st.Leader != "m0" || !tr.Serves(0) || tr.Serves(1) {
+				t.Fatalf("leader %q, serves(0)=%v serves(1)=%v", st.Leader, tr.Serves(0), tr.Serves(1))
+			}
+			bad = false
+			tr.probeRound()
+			if m := tr.Stats().Members[1]; m.Ejected {
+				t.Fatalf("not back after its probes recovered: %+v", m)
+			}
+		})
+	}
+}
+
+func TestBenchingNeverEmptiesPool(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	tr.withProbe(func(_ Member, res *ProbeResult) { res.LeaderID, res.Leaderless = "", true })
+	tr.probeRound()
+	if c := tr.run(t, 30, LinearizableRead, flat(time.Millisecond)); len(c) != 3 {
+		t.Fatalf("every member leaderless: reads %v, want all members kept", c)
+	}
+}
+
+func TestSlowProbesEject(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	tr.run(t, 300, LinearizableRead, flat(time.Millisecond))
+	tr.cfg.Prober = ProberFunc(func(ctx context.Context, m Member) (ProbeResult, error) {
+		if m.ID == "m1" {
+			tr.clock.Advance(160 * time.Millisecond)
+		} else {
+			tr.clock.Advance(time.Millisecond)
+		}
+		return tr.cluster.Probe(ctx, m)
+	})
+	for range 4 {
+		tr.refreshSequential()
+	}
+	if m := tr.Stats().Members[1]; !m.Ejected || m.OutReason != outProbeRTT {
+		t.Fatalf("member with 160 ms probes not ejected: %+v", m)
+	}
+}
+
+func TestRepeatedEjectionBacksOff(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	slow := slowMember("m1", 20*time.Millisecond, time.Millisecond)
+	fast := flat(time.Millisecond)
+	ejectedFor := func() time.Duration {
+		t.Helper()
+		tr.run(t, 300, LinearizableRead, slow)
+		tr.probeRound()
+		if !tr.Stats().Members[1].Ejected {
+			t.Fatal("m1 not ejected")
+		}
+		start := tr.clock.Now()
+		for range 200 {
+			tr.run(t, 1000, LinearizableRead, fast) // 1 s of fast reads
+			tr.probeRound()
+			if !tr.Stats().Members[1].Ejected {
+				return tr.clock.Now().Sub(start)
+			}
+		}
+		t.Fatal("never readmitted")
+		return 0
+	}
+	first := ejectedFor()
+	second := ejectedFor()
+	third := ejectedFor()
+	t.Logf("out for %v, %v, %v", first, second, third)
+	if second < 2*time.Second || third < 4*time.Second || third < second {
+		t.Fatalf("re-ejections within MaxEjection did not back off: %v, %v, %v", first, second, third)
+	}
+	if got := tr.Stats().Members[1].Ejections; got != 3 {
+		t.Fatalf("ejections = %d, want 3", got)
+	}
+	// A long healthy stay forgives: back to the base time.
+	tr.run(t, 31000, LinearizableRead, fast)
+	tr.probeRound()
+	if again := ejectedFor(); again > 3*time.Second {
+		t.Fatalf("after 31 s in the pool the ejection lasted %v, want the base again", again)
+	}
+}
+
+func TestEjectedMemberAtLowRateStaysOut(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	slow := slowMember("m2", 30*time.Millisecond, time.Millisecond)
+	tr.run(t, 300, LinearizableRead, slow)
+	tr.probeRound()
+	// 50 reads/s for a minute while m2 is still slow: rounds every 250 ms.
+	total, toSlow := 0, 0
+	for range 240 {
+		c := tr.run(t, 12, LinearizableRead, slow)
+		tr.clock.Advance(250 * time.Millisecond)
+		tr.probeRound()
+		total += 12
+		toSlow += c["m2"]
+		if !tr.Stats().Members[2].Ejected {
+			t.Fatalf("slow m2 readmitted after %d reads", total)
+		}
+	}
+	if share := float64(toSlow) / float64(total); share > 0.01 {
+		t.Fatalf("slow m2 got %.2f%% of reads at 50 reads/s", 100*share)
+	}
+}
+
+func TestFailedWriteAtFormerLeaderKeepsCurrent(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	p, _ := tr.Pick(context.Background(), Write) // pinned to m0
+	tr.cluster.set("m1", 2)
+	tr.probeRound()
+	if tr.Stats().Leader != "m1" {
+		t.Fatal("leader did not move to m1")
+	}
+	forgets := tr.forgets.Load()
+	p.Done(MemberFault) // the write at the former leader fails late
+	if st := tr.Stats(); st.Leader != "m1" || tr.forgets.Load() != forgets {
+		t.Fatalf("a failure at the former leader cleared the current one: leader %q", st.Leader)
+	}
+}
+
+func TestRotationsStartAtRandom(t *testing.T) {
+	first := map[string]bool{}
+	for range 30 {
+		r, err := New(Config{Members: members(3), Policy: RoundRobin})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := r.Pick(context.Background(), Stream)
+		p.Done(OK)
+		first[p.Member.ID] = true
+		r.Close()
+	}
+	if len(first) < 2 {
+		t.Fatalf("30 new routers all opened their first stream on %v", first)
+	}
+}
+
+func TestPreferredMember(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	ctx := WithPreferredMember(context.Background(), "m2")
+	for range 10 {
+		p, err := tr.Pick(ctx, Stream)
+		if err != nil || p.Member.ID != "m2" {
+			t.Fatalf("preferred m2: got %s, %v", p.Member.ID, err)
+		}
+		p.Done(OK)
+	}
+	tr.cluster.set("m0", 1, "m2")
+	tr.probeRound()
+	tr.probeRound()
+	p, _ := tr.Pick(ctx, Stream)
+	if p.Member.ID == "m2" {
+		t.Fatal("preferred member kept after it became unreachable")
+	}
+	if _, err := tr.Pick(WithPreferredMember(context.Background(), "m9"), Stream); err == nil {
+		t.Fatal("unknown preferred member accepted")
+	}
+}
+
+func TestStreamsAvoidEjectedMembers(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	tr.run(t, 300, LinearizableRead, slowMember("m2", 30*time.Millisecond, time.Millisecond))
+	tr.probeRound()
+	if c := tr.run(t, 3000, Stream, flat(0)); c["m2"] != 0 {
+		t.Fatalf("ejected m2 got %d streams", c["m2"])
+	}
+}
+
+func TestMaintenanceIsNoEvidence(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	tr.run(t, 300, LinearizableRead, flat(time.Millisecond))
+	tr.probeRound()
+	// A read is under way on m1 when the client starts defragmenting it.
+	var stuck Pick
+	for {
+		p, _ := tr.Pick(context.Background(), LinearizableRead)
+		if p.Member.ID == "m1" {
+			stuck = p
+			break
+		}
+		p.Done(OK)
+	}
+	end := tr.Busy(1)
+	if m := tr.Stats().Members[1]; !m.Ejected || m.OutReason != outBusy {
+		t.Fatalf("member under maintenance still in the pool: %+v", m)
+	}
+	if c := tr.run(t, 3000, LinearizableRead, flat(time.Millisecond)); c["m1"] != 0 {
+		t.Fatalf("member under maintenance got %d reads", c["m1"])
+	}
+	// Its probes crawl meanwhile; the stuck read ends after 2 s.
+	tr.cfg.Prober = ProberFunc(func(ctx context.Context, m Member) (ProbeResult, error) {
+		if m.ID == "m1" {
+			tr.clock.Advance(400 * time.Millisecond)
+		}
+		return tr.cluster.Probe(ctx, m)
+	})
+	for range 4 {
+		tr.refreshSequential()
+	}
+	tr.clock.Advance(2 * time.Second)
+	stuck.Done(OK)
+	end()
+	end() // idempotent
+	tr.cfg.Prober = tr.cluster
+	tr.probeRound()
+	m := tr.Stats().Members[1]
+	if m.Ejected || m.Ejections != 0 || m.ReadLatency > 2*time.Millisecond || m.ProbeRTT > 100*time.Millisecond {
+		t.Fatalf("maintenance left a mark: %+v", m)
+	}
+	if c := tr.run(t, 300, LinearizableRead, flat(time.Millisecond)); c["m1"] != 100 {
+		t.Fatalf("member not back after maintenance: %v", c)
+	}
+}
+
+func TestCapKeepsTheWorst(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	// m2 is a little slow (a farther zone on a busy day) and takes the one
+	// ejection slot three members allow.
+	tr.run(t, 300, LinearizableRead, slowMember("m2", 20*time.Millisecond, 2*time.Millisecond))
+	tr.probeRound()
+	if st := tr.Stats(); !st.Members[2].Ejected {
+		t.Fatal("m2 not ejected")
+	}
+	// Then m1 stops answering within the callers' deadline.
+	worse := func(m Member) (Outcome, time.Duration) {
+		switch m.ID {
+		case "m1":
+			return CallerGaveUp, 500 * time.Millisecond
+		case "m2":
+			return OK, 20 * time.Millisecond
+		}
+		return OK, 2 * time.Millisecond
+	}
+	tr.runOutcome(t, 300, LinearizableRead, worse)
+	tr.probeRound()
+	st := tr.Stats()
+	if !st.Members[1].Ejected || st.Members[2].Ejected {
+		t.Fatalf("want the 500 ms member out and the 20 ms one back: m1 %+v, m2 %+v", st.Members[1], st.Members[2])
+	}
+}
