@@ -1,7 +1,6 @@
 package etcd
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -193,6 +192,9 @@ type picker struct {
 
 type probeKey struct{}
 
+// defragmentMethod stops the member serving while it runs.
+const defragmentMethod = "/etcdserverpb.Maintenance/Defragment"
+
 func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	ctx := info.Ctx
 	if idx, ok := ctx.Value(probeKey{}).(int); ok {
@@ -208,7 +210,11 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		return balancer.PickResult{SubConn: p.others[(p.next.Add(1)-1)%uint32(len(p.others))]}, nil
 	}
 	op := classify(ctx, info.FullMethodName)
-	pick, err := p.r.Pick(ctx, op)
+	pctx := ctx
+	if LeaderBound(info.FullMethodName) && !router.HasOverride(ctx) {
+		pctx = router.WithLeader(ctx)
+	}
+	pick, err := p.r.Pick(pctx, op)
 	if err != nil {
 		return balancer.PickResult{}, pickError(err)
 	}
@@ -225,8 +231,18 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		}
 		sc, _ = p.pool.Get(alt)
 	}
+	picked(ctx, pick.Index)
+	if info.FullMethodName == defragmentMethod {
+		// The member serves nothing while it defragments: planned, not a
+		// grey failure (router.Busy).
+		endBusy := p.r.Busy(pick.Index)
+		return balancer.PickResult{SubConn: sc, Done: func(di balancer.DoneInfo) {
+			pick.Done(outcomeOf(ctx, di))
+			endBusy()
+		}}, nil
+	}
 	return balancer.PickResult{SubConn: sc, Done: func(di balancer.DoneInfo) {
-		pick.Done(routingError(ctx, di.Err))
+		pick.Done(outcomeOf(ctx, di))
 	}}, nil
 }
 
@@ -238,31 +254,4 @@ func pickError(err error) error {
 		return status.Error(codes.Canceled, err.Error())
 	}
 	return status.Error(codes.Unavailable, err.Error())
-}
-
-// routingError keeps the errors that speak against the member that served
-// the call: the transport failed, it has no leader, it is not the leader, it
-// timed out. Application errors (a failed compare, a compacted revision,
-// permission denied) say nothing about routing. The caller's own deadline
-// or cancellation is not the member's fault either.
-func routingError(ctx context.Context, err error) error {
-	if err == nil {
-		return nil
-	}
-	if ctx.Err() != nil {
-		return context.Canceled
-	}
-	st, _ := status.FromError(err)
-	switch st.Code() {
-	case codes.Unavailable, codes.DeadlineExceeded:
-		return err
-	case codes.Canceled:
-		return context.Canceled
-	case codes.FailedPrecondition:
-		switch st.Message() {
-		case "etcdserver: not leader", "etcdserver: rpc not supported for learner":
-			return err
-		}
-	}
-	return nil
 }

@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"strings"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
@@ -10,47 +9,124 @@ import (
 	"github.com/oproute/oproute/router"
 )
 
-// Classify returns the operation class of an etcd RPC by its full method
-// name ("/etcdserverpb.KV/Put"). Txn counts as a write here; the
-// interceptor refines it to a read when it holds no write, as it refines a
-// serializable Range to a stale read.
+// rpcClass is how the picker treats one RPC.
+type rpcClass struct {
+	op router.Op
+	// leader pins the RPC to the leader whatever its class (falling back
+	// like writes do when the leader is unknown).
+	leader bool
+}
+
+// rpcClasses classifies every method and stream of the etcd v3 gRPC API
+// (etcdserverpb KV, Watch, Lease, Cluster, Maintenance, Auth; v3lockpb
+// Lock; v3electionpb Election), by full method name. classify_test.go
+// walks the generated ServiceDescs and fails on any RPC missing here, so an
+// RPC added by a later etcd cannot go unclassified.
 //
-// Leader-bound (router.Write): Put, DeleteRange, Txn, Compact, LeaseGrant,
-// LeaseRevoke, LeaseTimeToLive and LeaseLeases (a follower forwards them to
-// the leader, which owns the lessor), every Cluster change, every Auth RPC
-// (all go through raft), and MoveLeader, Alarm and Downgrade. Streams:
-// Watch and LeaseKeepAlive. Everything else is a linearizable read, spread.
+//   - Write: the RPC goes through raft, or is served by the leader alone;
+//     a follower would only forward it. Sending it to the leader saves a
+//     hop, and its latency is a sample of the leader's health.
+//   - LinearizableRead: any member serves it after a ReadIndex round trip
+//     with the leader, so it is spread.
+//   - Stream: long-lived, or member-local and of a duration that says
+//     nothing about the member's health. It is spread and never a latency
+//     sample.
+var rpcClasses = map[string]rpcClass{
+	// KV. A serializable Range and a read-only Txn are refined by
+	// classifyInterceptor, which sees the request.
+	"/etcdserverpb.KV/Range":       {op: router.LinearizableRead},
+	"/etcdserverpb.KV/RangeStream": {op: router.Stream}, // a streamed read, as long as the range is big
+	"/etcdserverpb.KV/Put":         {op: router.Write},
+	"/etcdserverpb.KV/DeleteRange": {op: router.Write},
+	"/etcdserverpb.KV/Txn":         {op: router.Write},
+	"/etcdserverpb.KV/Compact":     {op: router.Write},
+
+	// Watch is served from the member's own store.
+	"/etcdserverpb.Watch/Watch": {op: router.Stream},
+
+	// Lease: the leader owns the lessor; a follower forwards every lease
+	// RPC to it, keep-alives included. LeaseKeepAlive is a stream, so it
+	// is not a latency sample, but it is pinned to the leader.
+	"/etcdserverpb.Lease/LeaseGrant":      {op: router.Write},
+	"/etcdserverpb.Lease/LeaseRevoke":     {op: router.Write},
+	"/etcdserverpb.Lease/LeaseTimeToLive": {op: router.Write},
+	"/etcdserverpb.Lease/LeaseLeases":     {op: router.Write},
+	"/etcdserverpb.Lease/LeaseKeepAlive":  {op: router.Stream, leader: true},
+
+	// Cluster: membership changes go through raft; MemberList is a
+	// linearizable read of the membership.
+	"/etcdserverpb.Cluster/MemberAdd":     {op: router.Write},
+	"/etcdserverpb.Cluster/MemberRemove":  {op: router.Write},
+	"/etcdserverpb.Cluster/MemberUpdate":  {op: router.Write},
+	"/etcdserverpb.Cluster/MemberPromote": {op: router.Write},
+	"/etcdserverpb.Cluster/MemberList":    {op: router.LinearizableRead},
+
+	// Maintenance: Alarm and Downgrade go through raft and MoveLeader is
+	// served by the leader alone. The others are member-local (Status,
+	// Hash, HashKV) or long (Defragment, Snapshot): their duration says
+	// nothing about the member's health, and one Defragment must never
+	// eject a member.
+	"/etcdserverpb.Maintenance/Alarm":      {op: router.Write},
+	"/etcdserverpb.Maintenance/MoveLeader": {op: router.Write},
+	"/etcdserverpb.Maintenance/Downgrade":  {op: router.Write},
+	"/etcdserverpb.Maintenance/Status":     {op: router.Stream},
+	"/etcdserverpb.Maintenance/Hash":       {op: router.Stream},
+	"/etcdserverpb.Maintenance/HashKV":     {op: router.Stream},
+	"/etcdserverpb.Maintenance/Defragment": {op: router.Stream},
+	"/etcdserverpb.Maintenance/Snapshot":   {op: router.Stream},
+
+	// Auth: every RPC goes through raft, Authenticate and the reads
+	// (AuthStatus, UserGet, UserList, RoleGet, RoleList) included.
+	"/etcdserverpb.Auth/AuthEnable":           {op: router.Write},
+	"/etcdserverpb.Auth/AuthDisable":          {op: router.Write},
+	"/etcdserverpb.Auth/AuthStatus":           {op: router.Write},
+	"/etcdserverpb.Auth/Authenticate":         {op: router.Write},
+	"/etcdserverpb.Auth/UserAdd":              {op: router.Write},
+	"/etcdserverpb.Auth/UserGet":              {op: router.Write},
+	"/etcdserverpb.Auth/UserList":             {op: router.Write},
+	"/etcdserverpb.Auth/UserDelete":           {op: router.Write},
+	"/etcdserverpb.Auth/UserChangePassword":   {op: router.Write},
+	"/etcdserverpb.Auth/UserGrantRole":        {op: router.Write},
+	"/etcdserverpb.Auth/UserRevokeRole":       {op: router.Write},
+	"/etcdserverpb.Auth/RoleAdd":              {op: router.Write},
+	"/etcdserverpb.Auth/RoleGet":              {op: router.Write},
+	"/etcdserverpb.Auth/RoleList":             {op: router.Write},
+	"/etcdserverpb.Auth/RoleDelete":           {op: router.Write},
+	"/etcdserverpb.Auth/RoleGrantPermission":  {op: router.Write},
+	"/etcdserverpb.Auth/RoleRevokePermission": {op: router.Write},
+
+	// Lock and Election block by design (until the lock is free, the
+	// campaign won, the leader changes): never latency samples.
+	"/v3lockpb.Lock/Lock":             {op: router.Stream},
+	"/v3lockpb.Lock/Unlock":           {op: router.Stream},
+	"/v3electionpb.Election/Campaign": {op: router.Stream},
+	"/v3electionpb.Election/Proclaim": {op: router.Stream},
+	"/v3electionpb.Election/Leader":   {op: router.Stream},
+	"/v3electionpb.Election/Resign":   {op: router.Stream},
+	"/v3electionpb.Election/Observe":  {op: router.Stream},
+}
+
+// Classify returns the operation class of an etcd RPC by its full method
+// name ("/etcdserverpb.KV/Put"), from one table that covers every RPC of
+// the etcd API (see rpcClasses for why each goes where it goes). Txn
+// counts as a write here; the interceptor refines it to a read when it
+// holds no write, as it refines a serializable Range to a stale read.
+//
+// An unknown method is a write: the leader serves anything a follower can,
+// so it is the safe default for an RPC added by a later etcd.
 func Classify(fullMethod string) router.Op {
-	service, method, _ := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
-	switch service {
-	case "etcdserverpb.KV":
-		if method == "Range" {
-			return router.LinearizableRead
-		}
-		return router.Write // Put, DeleteRange, Txn, Compact
-	case "etcdserverpb.Watch":
-		return router.Stream
-	case "etcdserverpb.Lease":
-		if method == "LeaseKeepAlive" {
-			return router.Stream
-		}
-		return router.Write
-	case "etcdserverpb.Cluster":
-		if method == "MemberList" {
-			return router.LinearizableRead
-		}
-		return router.Write
-	case "etcdserverpb.Auth":
-		return router.Write
-	case "etcdserverpb.Maintenance":
-		switch method {
-		case "MoveLeader", "Alarm", "Downgrade":
-			return router.Write
-		case "Status", "HashKV", "Hash", "Defragment", "Snapshot":
-			return router.StaleRead // member-local
-		}
+	if c, ok := rpcClasses[fullMethod]; ok {
+		return c.op
 	}
-	return router.LinearizableRead
+	return router.Write
+}
+
+// LeaderBound reports whether the RPC must go to the leader whatever its
+// class: LeaseKeepAlive, a stream that a follower would only forward to the
+// leader, which owns the lessor. The picker pins it to the leader and falls
+// back like a write when the leader is unknown.
+func LeaderBound(fullMethod string) bool {
+	return rpcClasses[fullMethod].leader
 }
 
 // TxnIsReadOnly reports whether a Txn holds no write in any branch,
@@ -90,6 +166,8 @@ func classifyInterceptor(ctx context.Context, method string, req, reply any, cc 
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
+// classify is the class of an RPC as the picker sees it: the one the
+// interceptor put on ctx, else Classify's.
 func classify(ctx context.Context, fullMethod string) router.Op {
 	if op, ok := ctx.Value(opKey{}).(router.Op); ok {
 		return op

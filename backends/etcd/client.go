@@ -30,6 +30,10 @@ type Client struct {
 	index   map[string]int                  // member ID → index, for probes
 	current atomic.Pointer[clientv3.Client] // for the prober, which starts before New returns
 	closed  atomic.Bool
+	streams *streams
+	// routerReady is router once New has it: the probe loop's hook starts
+	// before New returns.
+	routerReady atomic.Pointer[router.Router]
 }
 
 // Sentinel errors, besides the router's (router.ErrDuplicateMember,
@@ -79,6 +83,14 @@ func WithRouterConfig(tune func(*router.Config)) Option { return func(o *options
 // WithLeader makes the RPCs under ctx go to the leader whatever their class.
 func WithLeader(ctx context.Context) context.Context { return router.WithLeader(ctx) }
 
+// WithPreferredMember makes the RPCs under ctx go to the member with this
+// endpoint while it is in the read pool, and where the policy says
+// otherwise. A Watch opened with it starts on that member and, when the
+// member stops serving, resumes on another.
+func WithPreferredMember(ctx context.Context, endpoint string) context.Context {
+	return router.WithPreferredMember(ctx, endpoint)
+}
+
 // WithMember makes the RPCs under ctx go to the member with this endpoint,
 // as given in Config.Endpoints.
 func WithMember(ctx context.Context, endpoint string) context.Context {
@@ -121,6 +133,7 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 	}
 
 	c := &Client{id: "c" + strconv.FormatUint(clientSeq.Add(1), 10), index: map[string]int{}}
+	c.streams = newStreams(func() *router.Router { return c.routerReady.Load() })
 	for i, m := range members {
 		c.index[m.ID] = i
 	}
@@ -129,11 +142,19 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 		o.tune(&rcfg)
 	}
 	rcfg.Members, rcfg.Prober = members, router.ProberFunc(c.probe)
+	userRefresh := rcfg.OnRefresh
+	rcfg.OnRefresh = func() {
+		c.streams.moveOff()
+		if userRefresh != nil {
+			userRefresh()
+		}
+	}
 	r, err := router.New(rcfg)
 	if err != nil {
 		return nil, fmt.Errorf("oproute/etcd: %w", err)
 	}
 	c.router = r
+	c.routerReady.Store(r)
 	routers.Store(c.id, &routerEntry{r: r, connsPerMember: o.connsPerMember, byAddr: byAddr})
 
 	// etcd's resolver forces round_robin through its service config;
@@ -143,6 +164,7 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 		grpc.WithDisableServiceConfig(),
 		grpc.WithDefaultServiceConfig(fmt.Sprintf(`{"loadBalancingConfig":[{%q:{"router":%q}}]}`, balancerName, c.id)),
 		grpc.WithChainUnaryInterceptor(classifyInterceptor),
+		grpc.WithChainStreamInterceptor(c.streams.intercept),
 	)
 	cli, err := clientv3.New(cfg)
 	if err != nil {
@@ -219,6 +241,9 @@ func (c *Client) probe(ctx context.Context, m router.Member) (router.ProbeResult
 		ServerID:   strconv.FormatUint(resp.GetHeader().GetMemberId(), 16),
 		Term:       resp.GetRaftTerm(),
 		NotServing: resp.GetIsLearner(),
+		Leaderless: resp.GetLeader() == 0, // e.g. cut off from its peers: its ReadIndex would hang
+		Committed:  resp.GetRaftIndex(),
+		Applied:    resp.GetRaftAppliedIndex(),
 	}
 	if resp.GetLeader() != 0 {
 		res.LeaderID = strconv.FormatUint(resp.GetLeader(), 16)

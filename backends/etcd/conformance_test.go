@@ -2,9 +2,12 @@ package etcd_test
 
 import (
 	"context"
+	"io"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
@@ -74,5 +77,53 @@ func (c client) ReadOnlyTxn(ctx context.Context, key string) error {
 
 func (c client) MixedTxn(ctx context.Context, key, value string) error {
 	_, err := c.Txn(ctx).If(clientv3.Compare(clientv3.Version(key), "!=", -1)).Then(clientv3.OpGet(key), clientv3.OpPut(key, value)).Commit()
+	return err
+}
+
+func (c client) WatchFrom(ctx context.Context, member int, key string) (<-chan string, error) {
+	wch := c.Watch(etcd.WithPreferredMember(ctx, c.Endpoints()[member]), key)
+	out := make(chan string, 16)
+	go func() { // ends when ctx does: clientv3 closes wch
+		defer close(out)
+		for resp := range wch {
+			for _, ev := range resp.Events {
+				select {
+				case out <- string(ev.Kv.Value):
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
+func (c client) HoldSession(ctx context.Context, ttl time.Duration) (<-chan struct{}, error) {
+	s, err := concurrency.NewSession(c.Client.Client, concurrency.WithTTL(int(ttl/time.Second)), concurrency.WithContext(ctx))
+	if err != nil {
+		return nil, err
+	}
+	lost := make(chan struct{})
+	go func() { // ends with the session: expiry, or ctx
+		<-s.Done()
+		if ctx.Err() == nil {
+			close(lost)
+		}
+	}()
+	return lost, nil
+}
+
+func (c client) Defragment(ctx context.Context, member int) error {
+	_, err := c.Client.Defragment(ctx, c.Endpoints()[member])
+	return err
+}
+
+func (c client) Snapshot(ctx context.Context, member int) error {
+	rc, err := c.Client.SnapshotWithVersion(ctx)
+	if err != nil {
+		return err
+	}
+	defer rc.Snapshot.Close()
+	_, err = io.Copy(io.Discard, rc.Snapshot)
 	return err
 }

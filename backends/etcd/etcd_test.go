@@ -17,33 +17,6 @@ import (
 	"github.com/oproute/oproute/testbed"
 )
 
-func TestClassify(t *testing.T) {
-	for method, want := range map[string]router.Op{
-		"/etcdserverpb.KV/Put":                   router.Write,
-		"/etcdserverpb.KV/DeleteRange":           router.Write,
-		"/etcdserverpb.KV/Txn":                   router.Write,
-		"/etcdserverpb.KV/Compact":               router.Write,
-		"/etcdserverpb.KV/Range":                 router.LinearizableRead,
-		"/etcdserverpb.Watch/Watch":              router.Stream,
-		"/etcdserverpb.Lease/LeaseKeepAlive":     router.Stream,
-		"/etcdserverpb.Lease/LeaseGrant":         router.Write,
-		"/etcdserverpb.Lease/LeaseRevoke":        router.Write,
-		"/etcdserverpb.Lease/LeaseTimeToLive":    router.Write,
-		"/etcdserverpb.Cluster/MemberAdd":        router.Write,
-		"/etcdserverpb.Cluster/MemberList":       router.LinearizableRead,
-		"/etcdserverpb.Auth/UserAdd":             router.Write,
-		"/etcdserverpb.Auth/Authenticate":        router.Write,
-		"/etcdserverpb.Maintenance/MoveLeader":   router.Write,
-		"/etcdserverpb.Maintenance/Status":       router.StaleRead,
-		"/grpc.health.v1.Health/Check":           router.LinearizableRead,
-		"/etcdserverpb.Maintenance/AlarmUnknown": router.LinearizableRead,
-	} {
-		if got := etcd.Classify(method); got != want {
-			t.Errorf("Classify(%s) = %v, want %v", method, got, want)
-		}
-	}
-}
-
 func TestTxnIsReadOnly(t *testing.T) {
 	get := &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("k")}}}
 	put := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("k")}}}

@@ -142,3 +142,54 @@ func (c client) Close() error {
 type quiet struct{}
 
 func (quiet) Printf(string, ...any) {}
+
+// WatchFrom re-arms a data watch after each change, the first on server
+// member's session and the next ones wherever the router prefers: a
+// ZooKeeper watch is one-shot, and the session that holds it moves with
+// its server.
+func (c client) WatchFrom(ctx context.Context, member int, key string) (<-chan string, error) {
+	p, wctx := znode(key), ozk.WithPreferredMember(ctx, c.servers[member])
+	_, _, events, err := c.GetWContext(wctx, p)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan string, 16)
+	go func() { // ends when ctx does or the Conn closes
+		defer close(out)
+		for {
+			select {
+			case ev, ok := <-events:
+				if !ok || ev.Type == zk.EventNotWatching {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+			var d []byte
+			var err error
+			for {
+				rctx, cancel := context.WithTimeout(wctx, 2*time.Second)
+				d, _, events, err = c.GetWContext(rctx, p)
+				cancel()
+				if err == nil || ctx.Err() != nil || err == ozk.ErrClosed {
+					break
+				}
+			}
+			if err != nil {
+				return
+			}
+			select {
+			case out <- string(d):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// HoldSession is the Conn's primary session; its timeout was fixed at
+// Connect.
+func (c client) HoldSession(context.Context, time.Duration) (<-chan struct{}, error) {
+	return c.expired, nil
+}

@@ -91,6 +91,12 @@ func WithRouterConfig(tune func(*router.Config)) Option { return func(o *options
 // WithLeader makes the call go to the leader, whatever the policy.
 func WithLeader(ctx context.Context) context.Context { return router.WithLeader(ctx) }
 
+// WithPreferredMember makes the call go to the given server (as given to
+// Connect) while it is in the read pool, and as the policy says otherwise.
+func WithPreferredMember(ctx context.Context, server string) context.Context {
+	return router.WithPreferredMember(ctx, server)
+}
+
 // WithMember makes the call go to the given server (as given to Connect).
 func WithMember(ctx context.Context, server string) context.Context {
 	return router.WithMember(ctx, server)
@@ -329,15 +335,6 @@ func (c *Conn) check(ctx context.Context) error {
 	return nil
 }
 
-// transportError reports whether err speaks against the server (the
-// request may not have reached it, or its answer was lost) rather than
-// being ZooKeeper's answer.
-func transportError(err error) bool {
-	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
-		errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrSessionMoved) ||
-		errors.Is(err, context.DeadlineExceeded)
-}
-
 // read routes a read: a linearizable one is Sync(path) and then fn on the
 // same session, which ZooKeeper orders after the sync, so the server has
 // caught up with the leader as of the sync. A read that failed in
@@ -368,8 +365,7 @@ func write[T any](c *Conn, ctx context.Context, sessionBound bool, fn func(*zk.C
 
 // route runs fn on the session serving the member the router picks for op
 // (or on bound, counted where bound is), reports the outcome to the router
-// and, up to attempts times, tries again elsewhere after a transport
-// failure.
+// and, up to attempts times, tries again elsewhere after a member fault.
 func route[T any](c *Conn, ctx context.Context, op router.Op, attempts int, bound *session, fn func(*zk.Conn) (T, error)) (T, error) {
 	var zero T
 	if err := c.check(ctx); err != nil {
@@ -396,12 +392,9 @@ func route[T any](c *Conn, ctx context.Context, op router.Op, attempts int, boun
 		}
 		var v T
 		v, err = do(ctx, s, fn)
-		if transportError(err) {
-			p.Done(err)
-		} else {
-			p.Done(nil)
-		}
-		if !transportError(err) || ctx.Err() != nil || c.check(ctx) != nil {
+		o := outcomeOf(ctx, err)
+		p.Done(o)
+		if o != router.MemberFault || c.check(ctx) != nil {
 			return v, c.finalErr(err)
 		}
 	}
@@ -414,7 +407,7 @@ func (c *Conn) finalErr(err error) error {
 		return nil
 	case c.closed.Load() && (errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrConnectionClosed)):
 		return ErrClosed
-	case c.expired.Load() && transportError(err):
+	case c.expired.Load() && isMemberFault(err):
 		return zk.ErrSessionExpired
 	}
 	return err

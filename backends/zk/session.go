@@ -81,8 +81,8 @@ func (s *session) Init([]string) error { return nil }
 // Len implements zk.HostProvider.
 func (s *session) Len() int { return len(s.c.addrs) }
 
-// Next implements zk.HostProvider: the target first, then the other
-// reachable members, then the rest. After a full pass without a session it
+// Next implements zk.HostProvider: the target first if it serves, then the
+// other members that serve, then the rest. After a full pass without a session it
 // waits a little (10 ms, doubling to 250 ms) and goes on: go-zookeeper's own
 // retry wait (a second, asked for with retryStart) would delay the return
 // of writes after an election by up to that second. retryStart, which also
@@ -95,14 +95,16 @@ func (s *session) Next() (string, bool) {
 	if t < 0 {
 		t = max(int(s.cur.Load()), 0)
 	}
-	order = append(order, t)
-	for k := 1; k < n; k++ {
-		if i := (t + k) % n; s.c.r.Reachable(i) {
+	// Servers that serve first, the target ahead of them; then the rest. A
+	// target that does not serve (frozen, cut off) would hold the handshake
+	// until its deadline.
+	for k := range n {
+		if i := (t + k) % n; s.c.r.Serves(i) {
 			order = append(order, i)
 		}
 	}
-	for k := 1; k < n; k++ {
-		if i := (t + k) % n; !s.c.r.Reachable(i) {
+	for k := range n {
+		if i := (t + k) % n; !s.c.r.Serves(i) {
 			order = append(order, i)
 		}
 	}
@@ -192,12 +194,12 @@ func (s *session) follow() {
 	if cur < 0 {
 		return // connecting: Next offers the target first
 	}
-	if !s.c.r.Reachable(cur) {
+	if !s.c.r.Serves(cur) {
 		s.kick()
 		return
 	}
 	want := s.target()
-	if want < 0 || want == cur || !s.c.r.Reachable(want) || !s.moving.CompareAndSwap(false, true) {
+	if want < 0 || want == cur || !s.c.r.Serves(want) || !s.moving.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {

@@ -1,0 +1,180 @@
+package etcd
+
+import (
+	"context"
+	"testing"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3election/v3electionpb"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
+	"google.golang.org/grpc"
+
+	"github.com/oproute/oproute/router"
+)
+
+// etcdServices are every gRPC service of the etcd version in go.mod that a
+// client can call through this package.
+var etcdServices = []*grpc.ServiceDesc{
+	&pb.KV_ServiceDesc,
+	&pb.Watch_ServiceDesc,
+	&pb.Lease_ServiceDesc,
+	&pb.Cluster_ServiceDesc,
+	&pb.Maintenance_ServiceDesc,
+	&pb.Auth_ServiceDesc,
+	&v3lockpb.Lock_ServiceDesc,
+	&v3electionpb.Election_ServiceDesc,
+}
+
+func etcdRPCs() map[string]bool {
+	rpcs := map[string]bool{}
+	for _, sd := range etcdServices {
+		for _, m := range sd.Methods {
+			rpcs["/"+sd.ServiceName+"/"+m.MethodName] = true
+		}
+		for _, s := range sd.Streams {
+			rpcs["/"+sd.ServiceName+"/"+s.StreamName] = true
+		}
+	}
+	return rpcs
+}
+
+func TestClassifyCoversEveryRPC(t *testing.T) {
+	rpcs := etcdRPCs()
+	if len(rpcs) == 0 {
+		t.Fatal("no RPC found in the ServiceDescs")
+	}
+	for rpc := range rpcs {
+		if _, ok := rpcClasses[rpc]; !ok {
+			t.Errorf("%s is in etcd's API but not in rpcClasses: classify it", rpc)
+		}
+	}
+	for rpc := range rpcClasses {
+		if !rpcs[rpc] {
+			t.Errorf("rpcClasses names %s, which is in no etcd ServiceDesc", rpc)
+		}
+	}
+}
+
+func TestClassifyEachRPC(t *testing.T) {
+	const (
+		w  = router.Write
+		lr = router.LinearizableRead
+		s  = router.Stream
+	)
+	want := map[string]router.Op{
+		"/etcdserverpb.KV/Range":       lr,
+		"/etcdserverpb.KV/RangeStream": s,
+		"/etcdserverpb.KV/Put":         w,
+		"/etcdserverpb.KV/DeleteRange": w,
+		"/etcdserverpb.KV/Txn":         w,
+		"/etcdserverpb.KV/Compact":     w,
+
+		"/etcdserverpb.Watch/Watch": s,
+
+		"/etcdserverpb.Lease/LeaseGrant":      w,
+		"/etcdserverpb.Lease/LeaseRevoke":     w,
+		"/etcdserverpb.Lease/LeaseTimeToLive": w,
+		"/etcdserverpb.Lease/LeaseLeases":     w,
+		"/etcdserverpb.Lease/LeaseKeepAlive":  s,
+
+		"/etcdserverpb.Cluster/MemberAdd":     w,
+		"/etcdserverpb.Cluster/MemberRemove":  w,
+		"/etcdserverpb.Cluster/MemberUpdate":  w,
+		"/etcdserverpb.Cluster/MemberPromote": w,
+		"/etcdserverpb.Cluster/MemberList":    lr,
+
+		"/etcdserverpb.Maintenance/Alarm":      w,
+		"/etcdserverpb.Maintenance/MoveLeader": w,
+		"/etcdserverpb.Maintenance/Downgrade":  w,
+		"/etcdserverpb.Maintenance/Status":     s,
+		"/etcdserverpb.Maintenance/Hash":       s,
+		"/etcdserverpb.Maintenance/HashKV":     s,
+		"/etcdserverpb.Maintenance/Defragment": s,
+		"/etcdserverpb.Maintenance/Snapshot":   s,
+
+		"/v3lockpb.Lock/Lock":             s,
+		"/v3lockpb.Lock/Unlock":           s,
+		"/v3electionpb.Election/Campaign": s,
+		"/v3electionpb.Election/Proclaim": s,
+		"/v3electionpb.Election/Leader":   s,
+		"/v3electionpb.Election/Resign":   s,
+		"/v3electionpb.Election/Observe":  s,
+
+		// Unknown RPCs go to the leader, which serves anything.
+		"/etcdserverpb.KV/RangeV2":         w,
+		"/etcdserverpb.Maintenance/Foo":    w,
+		"/grpc.health.v1.Health/Check":     w,
+		"/some.Other/Method":               w,
+		"":                                 w,
+		"etcdserverpb.KV/Range":            w, // not a full method name
+		"/etcdserverpb.KV/Range/":          w,
+		"/etcdserverpb.kv/range":           w, // names are case-sensitive
+		"/etcdserverpb.Auth/AuthEnableNew": w,
+	}
+	// Every Auth RPC is a write.
+	for _, m := range pb.Auth_ServiceDesc.Methods {
+		want["/"+pb.Auth_ServiceDesc.ServiceName+"/"+m.MethodName] = w
+	}
+	for rpc := range etcdRPCs() {
+		if _, ok := want[rpc]; !ok {
+			t.Errorf("%s: no expected class in this test", rpc)
+		}
+	}
+	for rpc, op := range want {
+		t.Run(rpc+" is "+op.String(), func(t *testing.T) {
+			if got := Classify(rpc); got != op {
+				t.Errorf("Classify(%q) = %v, want %v", rpc, got, op)
+			}
+		})
+	}
+}
+
+func TestLeaderBound(t *testing.T) {
+	for rpc := range etcdRPCs() {
+		want := rpc == "/etcdserverpb.Lease/LeaseKeepAlive"
+		if got := LeaderBound(rpc); got != want {
+			t.Errorf("LeaderBound(%q) = %v, want %v", rpc, got, want)
+		}
+	}
+	for _, rpc := range []string{"", "/some.Other/Method", "/etcdserverpb.Lease/LeaseKeepAliveV2"} {
+		if LeaderBound(rpc) {
+			t.Errorf("LeaderBound(%q) = true for an unknown RPC, want false (it is a write already)", rpc)
+		}
+	}
+}
+
+// TestClassifyInterceptorRefinesReads checks what the picker sees: the
+// interceptor's refinement of serializable Ranges and read-only Txns, the
+// table otherwise.
+func TestClassifyInterceptorRefinesReads(t *testing.T) {
+	get := &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("k")}}}
+	put := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("k")}}}
+	for _, tc := range []struct {
+		name   string
+		method string
+		req    any
+		want   router.Op
+	}{
+		{"serializable range is a stale read", "/etcdserverpb.KV/Range", &pb.RangeRequest{Key: []byte("k"), Serializable: true}, router.StaleRead},
+		{"linearizable range is a linearizable read", "/etcdserverpb.KV/Range", &pb.RangeRequest{Key: []byte("k")}, router.LinearizableRead},
+		{"read-only txn is a linearizable read", "/etcdserverpb.KV/Txn", &pb.TxnRequest{Success: []*pb.RequestOp{get}}, router.LinearizableRead},
+		{"txn with a put is a write", "/etcdserverpb.KV/Txn", &pb.TxnRequest{Success: []*pb.RequestOp{get, put}}, router.Write},
+		{"put is a write", "/etcdserverpb.KV/Put", &pb.PutRequest{Key: []byte("k")}, router.Write},
+		{"status is a stream", "/etcdserverpb.Maintenance/Status", &pb.StatusRequest{}, router.Stream},
+		{"defragment is a stream", "/etcdserverpb.Maintenance/Defragment", &pb.DefragmentRequest{}, router.Stream},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got router.Op
+			invoker := func(ctx context.Context, method string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+				got = classify(ctx, method)
+				return nil
+			}
+			if err := classifyInterceptor(context.Background(), tc.method, tc.req, nil, nil, invoker); err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("classify = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,116 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/oproute/oproute/router"
+)
+
+// streams tracks the client's open gRPC streams (Watch, LeaseKeepAlive,
+// Observe, …) by the member each was picked on. A stream is picked once: on
+// a member that stops serving (unreachable, frozen, no leader) it would go
+// silent for good — a watch misses its events, a keep-alive stream lets its
+// leases expire. After every probe round the streams on such members are
+// cut with codes.Unavailable, which clientv3's watcher and lessor answer by
+// opening a new stream (the watcher resumes from the revision after the
+// last event it delivered, so nothing is lost or repeated), and the picker
+// puts the new stream on a member that serves.
+type streams struct {
+	r    func() *router.Router
+	mu   sync.Mutex
+	open map[*trackedStream]struct{}
+}
+
+type trackedStream struct {
+	member atomic.Int32 // the member it was picked on; -1 before the pick
+	cancel context.CancelCauseFunc
+	moved  atomic.Bool
+}
+
+type streamKey struct{}
+
+// errMoved is the cause a moved stream's context is cancelled with.
+var errMoved = errors.New("oproute: member stopped serving; stream moved")
+
+func newStreams(r func() *router.Router) *streams {
+	return &streams{r: r, open: map[*trackedStream]struct{}{}}
+}
+
+// intercept is the client's stream interceptor: it gives each stream a
+// context of its own to cut it by, and a handle the picker fills in.
+func (ss *streams) intercept(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	sctx, cancel := context.WithCancelCause(ctx)
+	ts := &trackedStream{cancel: cancel}
+	ts.member.Store(-1)
+	cs, err := streamer(context.WithValue(sctx, streamKey{}, ts), desc, cc, method, opts...)
+	if err != nil {
+		cancel(nil)
+		return nil, err
+	}
+	ss.mu.Lock()
+	ss.open[ts] = struct{}{}
+	ss.mu.Unlock()
+	// However the stream ends (the caller cancels, it fails, it is moved),
+	// its context ends with it and it leaves the table.
+	context.AfterFunc(sctx, func() {
+		ss.mu.Lock()
+		delete(ss.open, ts)
+		ss.mu.Unlock()
+	})
+	return &movableStream{ClientStream: cs, ts: ts}, nil
+}
+
+// picked records where the stream on ctx, if any, was sent.
+func picked(ctx context.Context, member int) {
+	if ts, ok := ctx.Value(streamKey{}).(*trackedStream); ok {
+		ts.member.Store(int32(member))
+	}
+}
+
+// moveOff cuts every stream on a member that no longer serves. It runs
+// after each probe round.
+func (ss *streams) moveOff() {
+	r := ss.r()
+	if r == nil {
+		return
+	}
+	ss.mu.Lock()
+	var cut []*trackedStream
+	for ts := range ss.open {
+		if m := int(ts.member.Load()); m >= 0 && !r.Serves(m) {
+			cut = append(cut, ts)
+		}
+	}
+	ss.mu.Unlock()
+	for _, ts := range cut {
+		ts.moved.Store(true)
+		ts.cancel(errMoved)
+	}
+}
+
+// movableStream reports a moved stream's end as codes.Unavailable, which
+// clientv3 retries, instead of the codes.Canceled its cut context leaves
+// (which clientv3 would take for the caller's own cancel and give up).
+type movableStream struct {
+	grpc.ClientStream
+	ts *trackedStream
+}
+
+func (s *movableStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err == nil {
+		return nil
+	}
+	s.ts.cancel(nil) // the stream is over: release its context
+	if s.ts.moved.Load() {
+		return status.Error(codes.Unavailable, errMoved.Error())
+	}
+	return err
+}

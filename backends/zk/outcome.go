@@ -1,0 +1,65 @@
+package zk
+
+import (
+	"context"
+	"errors"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/oproute/oproute/router"
+)
+
+// outcomes is the backend's one table from go-zookeeper's error values to
+// what they say about the server that served the call. Errors not in it
+// (go-zookeeper turns server codes it does not know, such as operation
+// timeout, into plain "unknown error: N" values) are member faults.
+var outcomes = map[error]router.Outcome{
+	// The server did not serve the call: the connection broke or never
+	// came up, the session is on another server now, or it is gone.
+	zk.ErrConnectionClosed: router.MemberFault,
+	zk.ErrNoServer:         router.MemberFault,
+	zk.ErrSessionMoved:     router.MemberFault,
+	zk.ErrSessionExpired:   router.MemberFault,
+	zk.ErrClosing:          router.MemberFault,
+	zk.ErrUnknown:          router.MemberFault, // ZooKeeper's system error
+	// ZooKeeper's answer on the call's merits: the server works.
+	zk.ErrNoNode:                  router.AppError,
+	zk.ErrNodeExists:              router.AppError,
+	zk.ErrNotEmpty:                router.AppError,
+	zk.ErrBadVersion:              router.AppError,
+	zk.ErrNoChildrenForEphemerals: router.AppError,
+	zk.ErrNoAuth:                  router.AppError,
+	zk.ErrAuthFailed:              router.AppError,
+	zk.ErrInvalidACL:              router.AppError,
+	zk.ErrInvalidFlags:            router.AppError,
+	zk.ErrInvalidPath:             router.AppError,
+	zk.ErrBadArguments:            router.AppError,
+	zk.ErrAPIError:                router.AppError,
+	zk.ErrNothing:                 router.AppError,
+	zk.ErrReconfigDisabled:        router.AppError,
+	ErrMultiRolledBack:            router.AppError,
+}
+
+// outcomeOf maps how a call on ctx ended to the router's outcome. The
+// caller's own deadline or cancel comes first: it is not the server's
+// fault, whatever error it left behind.
+func outcomeOf(ctx context.Context, err error) router.Outcome {
+	switch {
+	case err == nil:
+		return router.OK
+	case ctx.Err() != nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return router.CallerGaveUp
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if o, ok := outcomes[e]; ok {
+			return o
+		}
+	}
+	return router.MemberFault
+}
+
+// isMemberFault reports whether err says the server did not serve the call
+// (the request may not have reached it, or its answer was lost).
+func isMemberFault(err error) bool {
+	return err != nil && outcomeOf(context.Background(), err) == router.MemberFault
+}
