@@ -7,8 +7,9 @@
 // read on the server side (etcd's /metrics, ZooKeeper's four-letter words)
 // the suite checks that, not only the router's own counters.
 //
-// Optional capabilities are optional interfaces on Client (TxnClient),
-// probed by the suite, rather than flags on the harness.
+// Optional capabilities are optional interfaces on Client (TxnClient,
+// SessionClient, StreamClient, MaintenanceClient), probed by the suite,
+// rather than flags on the harness.
 package conformance
 
 import (
@@ -46,6 +47,16 @@ type Cluster interface {
 	Kill(i int) error
 	// Degrade adds one-way delay and jitter to all of member i's links.
 	Degrade(i int, delay, jitter time.Duration)
+	// Pause freezes member i (SIGSTOP): connections stay open, nothing
+	// answers. Resume continues it.
+	Pause(i int) error
+	Resume(i int) error
+	// Partition cuts member i off from its peers while its client link
+	// stays up.
+	Partition(i int, on bool)
+	// ResetClients makes member i's client link fail fast: its client
+	// connections are reset.
+	ResetClients(i int, on bool)
 	// Served returns what member i has served so far, counted by the
 	// member itself.
 	Served(ctx context.Context, i int) (Served, error)
@@ -120,5 +131,12 @@ func Run(t *testing.T, h Harness) {
 	t.Run("EphemeralSurvivesLeaderChange", func(t *testing.T) { testEphemeralSurvives(t, h) })
 	t.Run("WatchFiresAfterMemberLoss", func(t *testing.T) { testWatchAfterLoss(t, h) })
 	t.Run("SessionExpiryReported", func(t *testing.T) { testExpiry(t, h) })
+	// The fault matrix: grey failures the router must route around.
+	t.Run("Faults/BeyondCallerDeadline", func(t *testing.T) { testBeyondDeadline(t, h) })
+	t.Run("Faults/FailingFast", func(t *testing.T) { testFailingFast(t, h) })
+	t.Run("Faults/PartitionedFromPeers", func(t *testing.T) { testPartitioned(t, h) })
+	t.Run("Faults/FrozenMemberHoldingStreams", func(t *testing.T) { testFrozenStreams(t, h) })
+	t.Run("Faults/MaintenanceIsNoSample", func(t *testing.T) { testMaintenance(t, h) })
+	t.Run("Faults/LowRateNoFlapping", func(t *testing.T) { testLowRateNoFlapping(t, h) })
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, h) })
 }

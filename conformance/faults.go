@@ -1,0 +1,416 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oproute/oproute/router"
+)
+
+// The fault matrix: grey failures a member can show while it still answers
+// something, each with how quickly the router must route around it and how
+// few reads may fail once it has.
+
+// readLoad runs workers doing linearizable reads, each bounded by deadline,
+// optionally paced to rate reads/s overall, and records when each ended and
+// whether it failed.
+type readLoad struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu   sync.Mutex
+	ends []readEnd
+	ops  atomic.Int64
+}
+
+type readEnd struct {
+	at     time.Time
+	failed bool
+}
+
+func startReads(t *testing.T, cli Client, workers int, deadline time.Duration, rate float64, prefix string) *readLoad {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), maxDuration)
+	l := &readLoad{cancel: cancel}
+	var pace <-chan time.Time
+	if rate > 0 {
+		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+		t.Cleanup(tick.Stop)
+		pace = tick.C
+	}
+	for w := range workers {
+		l.wg.Go(func() {
+			rnd := rand.New(rand.NewPCG(uint64(w), 11))
+			for ctx.Err() == nil && l.ops.Add(1) <= maxOps {
+				if pace != nil {
+					select {
+					case <-pace:
+					case <-ctx.Done():
+						return
+					}
+				}
+				opCtx, opCancel := context.WithTimeout(ctx, deadline)
+				_, _, err := cli.Get(opCtx, fmt.Sprintf("%s/seed%d", prefix, rnd.IntN(16)))
+				opCancel()
+				if ctx.Err() != nil {
+					return
+				}
+				l.mu.Lock()
+				l.ends = append(l.ends, readEnd{time.Now(), err != nil})
+				l.mu.Unlock()
+				if err != nil && deadline > 100*time.Millisecond {
+					// A member that refuses at once must not turn the loop
+					// into a spin.
+					time.Sleep(time.Millisecond)
+				}
+			}
+		})
+	}
+	t.Cleanup(l.stop)
+	return l
+}
+
+func (l *readLoad) stop() {
+	l.cancel()
+	l.wg.Wait()
+}
+
+// failedSince returns how many reads ended since t0 and how many failed.
+func (l *readLoad) failedSince(t0 time.Time) (total, failed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.ends {
+		if e.at.After(t0) {
+			total++
+			if e.failed {
+				failed++
+			}
+		}
+	}
+	return total, failed
+}
+
+// outOfPool reports whether member i takes no share of linearizable reads
+// beyond the probe share: ejected, or not reachable at all.
+func outOfPool(cli Client, i int) bool {
+	m := cli.Stats().Members[i]
+	return m.Ejected || !m.Reachable
+}
+
+// waitPool polls until member i is out of the read pool (out) or back in
+// it, and on a timeout fails with what the router knows of every member.
+func waitPool(t *testing.T, cli Client, i int, out bool, within time.Duration, what string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for outOfPool(cli, i) != out {
+		if time.Since(start) > within {
+			for _, m := range cli.Stats().Members {
+				t.Logf("  %s: reachable %v probe ok %v ejected %v (%q) ejections %d read EWMA %v probe RTT %v reads %d gave up %v errors %v",
+					m.Member.ID, m.Reachable, m.ProbeOK, m.Ejected, m.OutReason, m.Ejections, m.ReadLatency, m.ProbeRTT, m.Reads(), m.GaveUp, m.Errors)
+			}
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// seedKeys writes the keys the read loads read.
+func seedKeys(t *testing.T, cli Client, prefix string) {
+	t.Helper()
+	run(t, 16, func(ctx context.Context, i int) error { return cli.Put(ctx, fmt.Sprintf("%s/seed%d", prefix, i), "v") })
+}
+
+// faultSetup starts a cluster and a hybrid client that knows the leader,
+// and returns the same-zone follower the faults are put on.
+func faultSetup(t *testing.T, h Harness, prefix string) (Cluster, Client, int) {
+	t.Helper()
+	c := h.NewCluster(t, 3)
+	cli := connect(t, h, c.Endpoints(), router.Hybrid)
+	leader, err := c.Leader(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLeaderKnown(t, cli, c, leader)
+	seedKeys(t, cli, prefix)
+	return c, cli, (leader + 1) % 3
+}
+
+// afterEjection measures the reads that ended over window, starting once the
+// reads in flight when the member left the pool have had their deadline.
+func afterEjection(t *testing.T, l *readLoad, deadline, window time.Duration, maxFailed float64) {
+	t.Helper()
+	from := time.Now().Add(deadline)
+	time.Sleep(deadline + window) // a measurement window, not synchronisation
+	total, failed := l.failedSince(from)
+	share := float64(failed) / float64(max(total, 1))
+	t.Logf("after it left the pool: %d of %d reads failed (%.2f%%) over %v", failed, total, 100*share, window)
+	if total < 100 {
+		t.Fatalf("only %d reads in the window: the check saw no traffic", total)
+	}
+	if share > maxFailed {
+		t.Errorf("%.2f%% of reads failed after the member left the pool, want ≤ %.0f%%", 100*share, 100*maxFailed)
+	}
+}
+
+// testBeyondDeadline: a follower slower than the callers' deadline (+80 ms
+// one way, 60 ms deadline) never completes a read, so only censored
+// samples and probes can show it. It leaves the pool within 5 s; then ≤ 2 %
+// of reads fail.
+func testBeyondDeadline(t *testing.T, h Harness) {
+	c, cli, slow := faultSetup(t, h, "beyond")
+	const deadline = 60 * time.Millisecond
+	l := startReads(t, cli, 4, deadline, 0, "beyond")
+	Poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[slow].Reads() > 50 })
+	c.Degrade(slow, 80*time.Millisecond, 0)
+	took := waitPool(t, cli, slow, true, 5*time.Second, "member beyond the deadline leaves the pool")
+	m := cli.Stats().Members[slow]
+	t.Logf("out of the pool %v after the fault (%s; read EWMA %v, probe RTT %v)", took, m.OutReason, m.ReadLatency, m.ProbeRTT)
+	afterEjection(t, l, deadline, 3*time.Second, 0.02)
+}
+
+// testFailingFast: a follower whose client connections are reset at once
+// fails every read quickly, faster than the others succeed, so latency
+// alone would keep it. It leaves the pool within 2 s.
+func testFailingFast(t *testing.T, h Harness) {
+	c, cli, bad := faultSetup(t, h, "fast")
+	const deadline = 500 * time.Millisecond
+	l := startReads(t, cli, 4, deadline, 0, "fast")
+	Poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[bad].Reads() > 50 })
+	c.ResetClients(bad, true)
+	took := waitPool(t, cli, bad, true, 2*time.Second, "failing member leaves the pool")
+	m := cli.Stats().Members[bad]
+	t.Logf("out of the pool %v after the fault (reason %q, reachable %v, errors %v)", took, m.OutReason, m.Reachable, m.Errors)
+	afterEjection(t, l, deadline, 2*time.Second, 0.01)
+	c.ResetClients(bad, false)
+	took = waitPool(t, cli, bad, false, 15*time.Second, "member back in the pool")
+	t.Logf("back %v after the fault ended", took)
+}
+
+// testPartitioned: a follower cut off from its peers with its client link
+// up answers probes but cannot serve a linearizable read. It leaves the
+// pool within 3 s; then ≤ 1 % of reads fail; it returns once healed.
+func testPartitioned(t *testing.T, h Harness) {
+	c, cli, cut := faultSetup(t, h, "partition")
+	const deadline = 500 * time.Millisecond
+	l := startReads(t, cli, 4, deadline, 0, "partition")
+	Poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[cut].Reads() > 50 })
+	c.Partition(cut, true)
+	took := waitPool(t, cli, cut, true, 3*time.Second, "partitioned member leaves the pool")
+	m := cli.Stats().Members[cut]
+	t.Logf("out of the pool %v after the partition (reason %q, reachable %v)", took, m.OutReason, m.Reachable)
+	afterEjection(t, l, deadline, 3*time.Second, 0.01)
+	c.Partition(cut, false)
+	took = waitPool(t, cli, cut, false, 30*time.Second, "healed member back in the pool")
+	t.Logf("back %v after the partition healed", took)
+}
+
+// testLowRateNoFlapping: at 50 reads/s an ejected member that is still
+// slow gets only its probe share — it does not drift back in for want of
+// reads (server-side counts).
+func testLowRateNoFlapping(t *testing.T, h Harness) {
+	c, cli, slow := faultSetup(t, h, "lowrate")
+	c.Degrade(slow, 20*time.Millisecond, 2*time.Millisecond)
+	l := startReads(t, cli, 2, time.Second, 50, "lowrate")
+	took := waitPool(t, cli, slow, true, 10*time.Second, "slow member leaves the pool")
+	t.Logf("out of the pool %v after the load started", took)
+	routed := func() (slowReads, all uint64) {
+		for k, m := range cli.Stats().Members {
+			all += m.Reads()
+			if k == slow {
+				slowReads = m.Reads()
+			}
+		}
+		return
+	}
+	before := servedAll(t, c)
+	slow0, all0 := routed()
+	end := time.Now().Add(40 * time.Second)
+	flaps := 0
+	for time.Now().Before(end) {
+		if !outOfPool(cli, slow) {
+			flaps++
+		}
+		time.Sleep(250 * time.Millisecond) // sampling the router's state, not synchronising
+	}
+	d := delta(servedAll(t, c), before)
+	slow1, all1 := routed()
+	l.stop()
+	share := float64(slow1-slow0) / float64(max(all1-all0, 1))
+	total, failed := l.failedSince(time.Time{})
+	st := cli.Stats()
+	// ZooKeeper's mntr counts each session's pings (one every third of the
+	// session timeout) as reads: at 50 reads/s they weigh about as much as
+	// the probe share itself, so the server side is logged, the routed
+	// share asserted.
+	t.Logf("over 40 s at 50 reads/s: %d of %d reads (%.2f%%) routed to the slow member; server side %.2f%% (%+v); back in the pool at %d of 160 samples, ejected %d times in all; %d of %d reads failed",
+		slow1-slow0, all1-all0, 100*share, 100*shares(d, readsOf)[slow], d, flaps, st.Members[slow].Ejections, failed, total)
+	if share > 0.01 {
+		t.Errorf("slow member got %.2f%% of reads at 50 reads/s, want ≤ 1%%", 100*share)
+	}
+	if flaps > 0 {
+		t.Errorf("slow member was back in the pool at %d of 160 samples", flaps)
+	}
+}
+
+// StreamClient is implemented by backends whose clients hold long-lived
+// streams and keep-alive sessions on members.
+type StreamClient interface {
+	// WatchFrom watches key through a stream that starts on member i and
+	// moves when i stops serving; each change's value arrives on the
+	// channel, in order.
+	WatchFrom(ctx context.Context, member int, key string) (<-chan string, error)
+	// HoldSession opens a session that the client keeps alive, with ttl
+	// where the backend has one; the channel closes if the session is lost.
+	HoldSession(ctx context.Context, ttl time.Duration) (<-chan struct{}, error)
+}
+
+// testFrozenStreams: a frozen follower (SIGSTOP) holds a watch; a session
+// with a 5 s TTL is open. The watch delivers the next change within 3 s,
+// nothing lost or repeated, and the session outlives the freeze.
+func testFrozenStreams(t *testing.T, h Harness) {
+	c := h.NewCluster(t, 3)
+	cli := connect(t, h, c.Endpoints(), router.Hybrid)
+	sc, ok := cli.(StreamClient)
+	if !ok {
+		t.Skip("backend has no streams")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leader, _ := c.Leader(ctx)
+	waitLeaderKnown(t, cli, c, leader)
+	frozen := (leader + 1) % 3
+	if err := cli.Put(ctx, "frozen/key", "v0"); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := sc.HoldSession(ctx, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := sc.WatchFrom(ctx, frozen, "frozen/key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	expect := func(want string, within time.Duration) time.Duration {
+		t.Helper()
+		start := time.Now()
+		select {
+		case v := <-events:
+			got = append(got, v)
+			if v != want {
+				t.Fatalf("watch delivered %q, want %q (all so far %v)", v, want, got)
+			}
+		case <-time.After(within):
+			t.Fatalf("watch did not deliver %q within %v (so far %v)", want, within, got)
+		}
+		return time.Since(start)
+	}
+	put := func(v string) {
+		t.Helper()
+		pctx, pcancel := context.WithTimeout(ctx, opTimeout)
+		defer pcancel()
+		if err := cli.Put(pctx, "frozen/key", v); err != nil {
+			t.Fatalf("put %s: %v", v, err)
+		}
+	}
+	put("v1")
+	expect("v1", 3*time.Second)
+
+	if err := c.Pause(frozen); err != nil {
+		t.Fatal(err)
+	}
+	frozenAt := time.Now()
+	resumed := false
+	defer func() {
+		if !resumed {
+			c.Resume(frozen)
+		}
+	}()
+	put("v2")
+	t.Logf("watch delivered the change %v after it was made (member frozen)", expect("v2", 3*time.Second))
+	// Stay frozen past the session's TTL: its keep-alives must flow elsewhere.
+	for time.Since(frozenAt) < 7*time.Second {
+		select {
+		case <-lost:
+			t.Fatalf("session lost %v after the freeze", time.Since(frozenAt))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	put("v3")
+	expect("v3", 3*time.Second)
+	if err := c.Resume(frozen); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	put("v4")
+	expect("v4", 3*time.Second)
+	select {
+	case v := <-events:
+		t.Fatalf("watch repeated or invented an event: %q after %v", v, got)
+	case <-time.After(500 * time.Millisecond):
+	}
+	select {
+	case <-lost:
+		t.Fatal("session lost")
+	default:
+	}
+	if !slices.Equal(got, []string{"v1", "v2", "v3", "v4"}) {
+		t.Fatalf("watch delivered %v", got)
+	}
+}
+
+// MaintenanceClient is implemented by backends with member-local
+// maintenance calls.
+type MaintenanceClient interface {
+	// Defragment defragments member i's store.
+	Defragment(ctx context.Context, member int) error
+	// Snapshot streams member i's snapshot and discards it.
+	Snapshot(ctx context.Context, member int) error
+}
+
+// testMaintenance: long member-local calls (defragment, snapshot) are no
+// latency samples: the member stays in the pool.
+func testMaintenance(t *testing.T, h Harness) {
+	c := h.NewCluster(t, 3)
+	cli := connect(t, h, c.Endpoints(), router.Hybrid)
+	mc, ok := cli.(MaintenanceClient)
+	if !ok {
+		t.Skip("backend has no maintenance calls")
+	}
+	ctx := context.Background()
+	leader, _ := c.Leader(ctx)
+	waitLeaderKnown(t, cli, c, leader)
+	target := (leader + 1) % 3
+	// A store worth defragmenting: 2 MB written, then overwritten.
+	big := string(make([]byte, 64<<10))
+	run(t, 64, func(ctx context.Context, i int) error { return cli.Put(ctx, fmt.Sprintf("maint/%d", i%32), big) })
+	seedKeys(t, cli, "maint")
+	startReads(t, cli, 4, time.Second, 0, "maint")
+	Poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[target].Reads() > 50 })
+	var longest time.Duration
+	for range 5 {
+		for _, call := range []func(context.Context, int) error{mc.Defragment, mc.Snapshot} {
+			start := time.Now()
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err := call(cctx, target)
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			longest = max(longest, time.Since(start))
+		}
+	}
+	time.Sleep(600 * time.Millisecond) // two probe rounds: a window for any sample the calls left to be judged
+	m := cli.Stats().Members[target]
+	t.Logf("longest maintenance call %v; member read EWMA %v, ejected %v (%s)", longest, m.ReadLatency, m.Ejected, m.OutReason)
+	if m.Ejected || m.Ejections > 0 {
+		t.Fatalf("maintenance calls ejected the member: %+v", m)
+	}
+}
