@@ -103,8 +103,10 @@ type ProbeResult struct {
 	// IsLeader is set when the member itself is the leader (ZooKeeper's
 	// "Mode: leader"); backends that fill ServerID and LeaderID may leave it.
 	IsLeader bool
-	// Term is the leadership epoch (Raft term, ZAB epoch). When members
-	// disagree about the leader, the highest term wins.
+	// Term is the leadership epoch (Raft term, ZAB epoch), 0 when the member
+	// does not say. When members disagree about the leader, the highest term
+	// wins, and a member reporting a term older than the leader's leaves the
+	// read pool.
 	Term uint64
 	// NotServing marks a member that answered but must not receive traffic
 	// (an etcd learner, a ZooKeeper server without quorum).

@@ -25,8 +25,8 @@ func TestLinkFaults(t *testing.T) {
 		from string
 		hole bool
 	}{{1, "0", true}, {1, "2", true}, {1, "", true}, {0, "1", true}, {2, "1", true}, {0, "2", false}, {2, "0", false}, {0, "", false}} {
-		if got := n.peerLink(tc.self, tc.from).Blackhole; got != tc.hole {
-			t.Errorf("Partition(1): peer link into %d from %q blackholed %v, want %v", tc.self, tc.from, got, tc.hole)
+		if got := n.peerLink(tc.self, tc.from).Stall; got != tc.hole {
+			t.Errorf("Partition(1): peer link into %d from %q stalled %v, want %v", tc.self, tc.from, got, tc.hole)
 		}
 	}
 	if l := n.clientLink(1); l.Blackhole || l.Reset || l.Delay != same {

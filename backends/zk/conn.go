@@ -250,9 +250,15 @@ func (c *Conn) probe(ctx context.Context, m router.Member) (router.ProbeResult, 
 	}
 	switch st.Mode {
 	case "leader", "standalone":
+		// A leader's zxid carries its epoch from the moment it leads: two
+		// servers that both claim to lead are told apart by it (the one at
+		// the older epoch was deposed and has not noticed).
 		return router.ProbeResult{IsLeader: true, Term: st.Epoch()}, nil
 	case "follower", "observer":
-		return router.ProbeResult{Term: st.Epoch()}, nil
+		// No term: a follower's srvr shows the zxid of the last transaction
+		// it processed, which stays in the old epoch after an election
+		// until the new leader's first write — no sign of being behind.
+		return router.ProbeResult{}, nil
 	default: // read-only and anything new: answers, but not a full member
 		return router.ProbeResult{NotServing: true}, nil
 	}

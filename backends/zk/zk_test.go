@@ -385,3 +385,47 @@ func TestSessionTimeoutRaisedByServer(t *testing.T) {
 		t.Fatalf("ephemeral after idling: %v %v", ok, err)
 	}
 }
+
+// TestIdleEnsembleAfterElectionKeepsFollowers: after a leader change and
+// before any write, ZooKeeper's followers report the zxid of the last
+// transaction they processed — still in the old epoch — while the new
+// leader reports the new one. That is no evidence that a follower is
+// behind: every server stays in the read pool and serves reads.
+func TestIdleEnsembleAfterElectionKeepsFollowers(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, _ := connect(t, c) // its sessions exist before the election
+	for range 30 {
+		if _, _, err := conn.GetContext(ctx, "/"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.MoveLeader(ctx, 1); err != nil { // an election, no write since
+		t.Fatal(err)
+	}
+	conformance.Poll(t, 10*time.Second, "router learns the new leader", func() bool { return conn.Stats().Leader == c.Endpoints()[1] })
+	conformance.Poll(t, 10*time.Second, "every server reachable", func() bool {
+		for _, m := range conn.Stats().Members {
+			if !m.Reachable {
+				return false
+			}
+		}
+		return true
+	})
+	before := conn.Stats()
+	for i := range 3 {
+		st, _ := c.Srvr(ctx, i)
+		t.Logf("z%d: %s, zxid %#x", i, st.Mode, st.Zxid)
+	}
+	for range 300 {
+		if _, _, err := conn.GetContext(ctx, "/"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, m := range conn.Stats().Members {
+		if n := m.Reads() - before.Members[i].Reads(); m.Ejected || n < 60 {
+			t.Errorf("%s: ejected %v (%s), %d of 300 reads: followers of an idle ensemble left the pool", m.Member.ID, m.Ejected, m.OutReason, n)
+		}
+	}
+}
