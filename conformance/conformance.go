@@ -47,6 +47,9 @@ type Cluster interface {
 	Kill(i int) error
 	// Degrade adds one-way delay and jitter to all of member i's links.
 	Degrade(i int, delay, jitter time.Duration)
+	// DegradePeers adds one-way delay and jitter to member i's peer links
+	// only; its client link is unchanged.
+	DegradePeers(i int, delay, jitter time.Duration)
 	// Pause freezes member i (SIGSTOP): connections stay open, nothing
 	// answers. Resume continues it.
 	Pause(i int) error

@@ -213,10 +213,12 @@ func testPartitioned(t *testing.T, h Harness) {
 
 // testLowRateNoFlapping: at 50 reads/s an ejected member that is still
 // slow gets only its probe share — it does not drift back in for want of
-// reads (server-side counts).
+// reads. The member is slow only towards its peers, so its linearizable
+// reads (ReadIndex, sync: a round trip to the leader) are slow while its
+// probes are not: only fresh reads can tell that it has not recovered.
 func testLowRateNoFlapping(t *testing.T, h Harness) {
 	c, cli, slow := faultSetup(t, h, "lowrate")
-	c.Degrade(slow, 20*time.Millisecond, 2*time.Millisecond)
+	c.DegradePeers(slow, 20*time.Millisecond, 2*time.Millisecond)
 	l := startReads(t, cli, 2, time.Second, 50, "lowrate")
 	took := waitPool(t, cli, slow, true, 10*time.Second, "slow member leaves the pool")
 	t.Logf("out of the pool %v after the load started", took)
