@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // This file holds what etcd clusters and ZooKeeper ensembles share: child
@@ -545,10 +547,11 @@ func memberBinary(ctx context.Context, dir string) (string, error) {
 		out := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d", memberBinaryPrefix, os.Getpid()))
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/oproute/oproute/testbed/internal/etcdmember")
 		if b, err := cmd.CombinedOutput(); err != nil {
+			os.Remove(out)
 			memberBuild.err = fmt.Errorf("testbed: building the member binary: %w\n%s", err, b)
 			return
 		}
-		memberBuild.path = out
+		memberBuild.path, memberBuild.err = inMemory(out)
 	})
 	return memberBuild.path, memberBuild.err
 }
@@ -557,6 +560,32 @@ var memberBuild struct {
 	once sync.Once
 	path string
 	err  error
+	mem  *os.File // the memory file path executes
+}
+
+// inMemory moves the executable at path into an anonymous memory file and
+// returns a path that executes it (/proc/<pid>/fd/<n>, valid while this
+// process lives): nothing is left on disk when the process ends, however
+// it ends.
+func inMemory(path string) (string, error) {
+	fd, err := unix.MemfdCreate("oproute-etcdmember", 0)
+	if err != nil {
+		return path, nil // no memfd: run it from disk; the sweep removes it later
+	}
+	defer os.Remove(path)
+	mem := os.NewFile(uintptr(fd), "oproute-etcdmember")
+	src, err := os.Open(path)
+	if err != nil {
+		mem.Close()
+		return "", fmt.Errorf("testbed: %w", err)
+	}
+	defer src.Close()
+	if _, err := io.Copy(mem, src); err != nil {
+		mem.Close()
+		return "", fmt.Errorf("testbed: copying the member binary: %w", err)
+	}
+	memberBuild.mem = mem // kept open for the life of the process
+	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd), nil
 }
 
 // memberBinaryPrefix names member binaries in the temporary directory,
