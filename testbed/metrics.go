@@ -21,11 +21,26 @@ func (c *EtcdCluster) GRPCCounts(ctx context.Context, i int) (map[string]uint64,
 	return n, nil
 }
 
+// GRPCStarted is GRPCCounts for RPCs started (grpc_server_started_total),
+// which counts streams still open: where a Watch or LeaseKeepAlive went.
+func (c *EtcdCluster) GRPCStarted(ctx context.Context, i int) (map[string]uint64, error) {
+	n, err := fetchGRPC(ctx, c.http, c.members[i].spec.ListenClient, "grpc_server_started_total")
+	if err != nil {
+		return nil, fmt.Errorf("m%d: %w", i, err)
+	}
+	return n, nil
+}
+
 // FetchGRPCCounts reads an etcd member's /metrics at its client URL and
 // returns grpc_server_handled_total summed over status codes, by method
 // ("etcdserverpb.KV/Put"). It works for any etcd member whose client URL
 // serves /metrics (the default), test bed or not.
 func FetchGRPCCounts(ctx context.Context, hc *http.Client, clientURL string) (map[string]uint64, error) {
+	return fetchGRPC(ctx, hc, clientURL, "grpc_server_handled_total")
+}
+
+// fetchGRPC returns one of the gRPC server counters by method.
+func fetchGRPC(ctx context.Context, hc *http.Client, clientURL, family string) (map[string]uint64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, clientURL+"/metrics", nil)
 	if err != nil {
 		return nil, fmt.Errorf("testbed: %w", err)
@@ -44,7 +59,7 @@ func FetchGRPCCounts(ctx context.Context, hc *http.Client, clientURL string) (ma
 		return nil, fmt.Errorf("testbed: parse metrics: %w", err)
 	}
 	counts := map[string]uint64{}
-	fam := families["grpc_server_handled_total"]
+	fam := families[family]
 	if fam == nil {
 		return counts, nil
 	}

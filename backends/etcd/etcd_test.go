@@ -10,6 +10,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
 	"github.com/oproute/oproute/backends/etcd"
@@ -381,5 +382,74 @@ func TestCredentialsApplyEverywhere(t *testing.T) {
 	if bad, err := etcd.New(cfg); err == nil {
 		bad.Close()
 		t.Fatal("New with a wrong password succeeded")
+	}
+}
+
+// TestFleetStreams: a fleet of clients puts every keep-alive stream on the
+// leader (a follower only forwards keep-alives) and spreads its watch
+// streams (each client's rotation starts at a random member), counted by
+// the members themselves.
+func TestFleetStreams(t *testing.T) {
+	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := func() (keepAlives, watches []uint64) {
+		for i := range c.Size() {
+			n, err := c.GRPCStarted(ctx, i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keepAlives = append(keepAlives, n["etcdserverpb.Lease/LeaseKeepAlive"])
+			watches = append(watches, n["etcdserverpb.Watch/Watch"])
+		}
+		return
+	}
+	ka0, w0 := started()
+	const fleet = 9
+	for k := range fleet {
+		cli := newClient(t, c)
+		s, err := concurrency.NewSession(cli.Client, concurrency.WithTTL(5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		cli.Watch(ctx, fmt.Sprintf("fleet/%d", k))
+	}
+	var ka, w []uint64
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ka1, w1 := started()
+		ka, w = make([]uint64, len(ka1)), make([]uint64, len(w1))
+		var nka, nw uint64
+		for i := range ka1 {
+			ka[i], w[i] = ka1[i]-ka0[i], w1[i]-w0[i]
+			nka, nw = nka+ka[i], nw+w[i]
+		}
+		if nka >= fleet && nw >= fleet {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("streams not all open after 10 s: keep-alives %v, watches %v", ka, w)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("server side: keep-alive streams per member %v (leader m%d), watch streams %v", ka, leader, w)
+	for i, n := range ka {
+		if i != leader && n > 0 {
+			t.Errorf("m%d (a follower) holds %d keep-alive streams: %v", i, n, ka)
+		}
+	}
+	used := 0
+	for _, n := range w {
+		if n > 0 {
+			used++
+		}
+	}
+	if used < 2 {
+		t.Errorf("%d clients' watch streams all on one member: %v", fleet, w)
 	}
 }

@@ -1,0 +1,59 @@
+package zk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/oproute/oproute/router"
+)
+
+func TestOutcomeOf(t *testing.T) {
+	live := context.Background()
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want router.Outcome
+	}{
+		{"success", live, nil, router.OK},
+		{"connection closed is the server's", live, zk.ErrConnectionClosed, router.MemberFault},
+		{"no server is the server's", live, zk.ErrNoServer, router.MemberFault},
+		{"session moved is the server's", live, zk.ErrSessionMoved, router.MemberFault},
+		{"session expired is the server's", live, zk.ErrSessionExpired, router.MemberFault},
+		{"closing is the server's", live, zk.ErrClosing, router.MemberFault},
+		{"system error is the server's", live, zk.ErrUnknown, router.MemberFault},
+		{"unmapped server code is the server's", live, errors.New("unknown error: -7"), router.MemberFault},
+		{"no node is an answer", live, zk.ErrNoNode, router.AppError},
+		{"node exists is an answer", live, zk.ErrNodeExists, router.AppError},
+		{"not empty is an answer", live, zk.ErrNotEmpty, router.AppError},
+		{"bad version is an answer", live, zk.ErrBadVersion, router.AppError},
+		{"ephemeral children is an answer", live, zk.ErrNoChildrenForEphemerals, router.AppError},
+		{"no auth is an answer", live, zk.ErrNoAuth, router.AppError},
+		{"auth failed is an answer", live, zk.ErrAuthFailed, router.AppError},
+		{"invalid ACL is an answer", live, zk.ErrInvalidACL, router.AppError},
+		{"invalid flags is an answer", live, zk.ErrInvalidFlags, router.AppError},
+		{"invalid path is an answer", live, zk.ErrInvalidPath, router.AppError},
+		{"bad arguments is an answer", live, zk.ErrBadArguments, router.AppError},
+		{"API error is an answer", live, zk.ErrAPIError, router.AppError},
+		{"nothing is an answer", live, zk.ErrNothing, router.AppError},
+		{"reconfig disabled is an answer", live, zk.ErrReconfigDisabled, router.AppError},
+		{"multi rolled back is an answer", live, ErrMultiRolledBack, router.AppError},
+		{"wrapped answer", live, fmt.Errorf("create: %w", zk.ErrNodeExists), router.AppError},
+		{"wrapped server error", live, fmt.Errorf("oproute/zk: %w", zk.ErrConnectionClosed), router.MemberFault},
+		{"caller's deadline", live, context.DeadlineExceeded, router.CallerGaveUp},
+		{"caller's cancel", live, context.Canceled, router.CallerGaveUp},
+		{"any error once the caller's context ended", ended, zk.ErrConnectionClosed, router.CallerGaveUp},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := outcomeOf(tc.ctx, tc.err); got != tc.want {
+				t.Fatalf("outcomeOf(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}
