@@ -48,14 +48,7 @@ type Cluster interface {
 }
 
 // Faults are the test bed's knobs.
-type Faults interface {
-	Degrade(i int, delay, jitter time.Duration)
-	Kill(i int) error
-	Restart(ctx context.Context, i int) error
-	MoveLeader(ctx context.Context, to int) error
-	// Zones returns the zone of each member.
-	Zones() []string
-}
+type Faults = testbed.Faults
 
 // Served is what one member served, by its own count.
 type Served struct {

@@ -64,7 +64,7 @@ func (c *etcdCluster) Faults() Faults {
 	if c.tb == nil {
 		return nil
 	}
-	return etcdFaults{c.tb, c.zones}
+	return c.tb
 }
 
 func (c *etcdCluster) Leader(ctx context.Context) (int, error) {
@@ -115,20 +115,20 @@ func (c *etcdCluster) status(ctx context.Context, i int) (*pb.StatusResponse, er
 func (c *etcdCluster) Served(ctx context.Context) ([]Served, error) {
 	out := make([]Served, len(c.endpoints))
 	for i, ep := range c.endpoints {
-		var n map[string]uint64
-		var err error
+		var s testbed.Served
 		if c.tb != nil {
-			if c.tb.Member(i).PID() == 0 {
-				continue // killed: counts as zero
+			var err error
+			if s, err = c.tb.Served(ctx, i); err != nil {
+				return nil, err
 			}
-			n, err = c.tb.GRPCCounts(ctx, i)
 		} else {
-			n, err = testbed.FetchGRPCCounts(ctx, c.http, ep)
+			n, err := testbed.FetchGRPCCounts(ctx, c.http, ep)
+			if err != nil {
+				return nil, err
+			}
+			s = testbed.ServedFromGRPC(n)
 		}
-		if err != nil {
-			return nil, err
-		}
-		out[i] = Served{Writes: n["etcdserverpb.KV/Put"] + n["etcdserverpb.KV/DeleteRange"] + n["etcdserverpb.KV/Txn"], Reads: n["etcdserverpb.KV/Range"]}
+		out[i] = Served{Writes: s.Writes + s.Txns, Reads: s.Reads}
 	}
 	return out, nil
 }
@@ -209,14 +209,3 @@ func (c *etcdClient) Close() error {
 	c.pin.close()
 	return c.cli.Close()
 }
-
-type etcdFaults struct {
-	tb    *testbed.EtcdCluster
-	zones []string
-}
-
-func (f etcdFaults) Degrade(i int, delay, jitter time.Duration)   { f.tb.Degrade(i, delay, jitter) }
-func (f etcdFaults) Kill(i int) error                             { return f.tb.Kill(i) }
-func (f etcdFaults) Restart(ctx context.Context, i int) error     { return f.tb.Restart(ctx, i) }
-func (f etcdFaults) MoveLeader(ctx context.Context, to int) error { return f.tb.MoveLeader(ctx, to) }
-func (f etcdFaults) Zones() []string                              { return f.zones }

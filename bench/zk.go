@@ -98,7 +98,7 @@ func (c *zkCluster) Faults() Faults {
 	if c.tb == nil {
 		return nil
 	}
-	return zkFaults{c.tb, c.zones}
+	return c.tb
 }
 
 func (c *zkCluster) srvr(ctx context.Context, i int) (zk4lw.Srvr, error) {
@@ -256,14 +256,3 @@ func (c *zkClient) Close() error {
 	c.conn.Close()
 	return nil
 }
-
-type zkFaults struct {
-	tb    *testbed.ZKCluster
-	zones []string
-}
-
-func (f zkFaults) Degrade(i int, delay, jitter time.Duration)   { f.tb.Degrade(i, delay, jitter) }
-func (f zkFaults) Kill(i int) error                             { return f.tb.Kill(i) }
-func (f zkFaults) Restart(ctx context.Context, i int) error     { return f.tb.Restart(ctx, i) }
-func (f zkFaults) MoveLeader(ctx context.Context, to int) error { return f.tb.MoveLeader(ctx, to) }
-func (f zkFaults) Zones() []string                              { return f.zones }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/oproute/oproute/router"
+	"github.com/oproute/oproute/testbed"
 )
 
 // Harness starts clusters of one backend and connects routed clients.
@@ -35,42 +36,21 @@ type Harness interface {
 // ConnectTimeout bounds Harness.Connect's wait for a reachable member.
 const ConnectTimeout = 3 * time.Second
 
-// Cluster is a running cluster with fault knobs.
+// Cluster is a running test-bed cluster: its fault knobs, and what its
+// members served by their own count.
 type Cluster interface {
+	testbed.Faults
 	// Endpoints lists the members' client addresses in member order.
 	Endpoints() []string
 	// Leader returns the leader's index as the servers see it.
 	Leader(ctx context.Context) (int, error)
-	// MoveLeader hands leadership to member to and returns once it holds.
-	MoveLeader(ctx context.Context, to int) error
-	// Kill crashes member i.
-	Kill(i int) error
-	// Degrade adds one-way delay and jitter to all of member i's links.
-	Degrade(i int, delay, jitter time.Duration)
-	// DegradePeers adds one-way delay and jitter to member i's peer links
-	// only; its client link is unchanged.
-	DegradePeers(i int, delay, jitter time.Duration)
-	// Pause freezes member i (SIGSTOP): connections stay open, nothing
-	// answers. Resume continues it.
-	Pause(i int) error
-	Resume(i int) error
-	// Partition cuts member i off from its peers while its client link
-	// stays up.
-	Partition(i int, on bool)
-	// ResetClients makes member i's client link fail fast: its client
-	// connections are reset.
-	ResetClients(i int, on bool)
 	// Served returns what member i has served so far, counted by the
-	// member itself.
+	// member itself; zero for a member that is not running.
 	Served(ctx context.Context, i int) (Served, error)
 }
 
 // Served counts the operations a member served, by its own account.
-type Served struct {
-	Writes uint64 // client writes received (not forwarded proposals)
-	Reads  uint64 // client reads
-	Txns   uint64 // transactions, for backends with TxnClient
-}
+type Served = testbed.Served
 
 // Client is a routed client.
 type Client interface {

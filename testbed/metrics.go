@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -20,6 +21,33 @@ func (c *EtcdCluster) GRPCCounts(ctx context.Context, i int) (map[string]uint64,
 	}
 	return n, nil
 }
+
+// Served returns what member i served by its own /metrics: Put and
+// DeleteRange as writes, Range as reads, Txn apart. A member that is not
+// running counts zero.
+func (c *EtcdCluster) Served(ctx context.Context, i int) (Served, error) {
+	if c.members[i].PID() == 0 {
+		return Served{}, nil
+	}
+	n, err := c.GRPCCounts(ctx, i)
+	if err != nil {
+		return Served{}, err
+	}
+	return ServedFromGRPC(n), nil
+}
+
+// ServedFromGRPC reads Served from a member's gRPC counts (GRPCCounts,
+// FetchGRPCCounts).
+func ServedFromGRPC(n map[string]uint64) Served {
+	return Served{
+		Writes: n["etcdserverpb.KV/Put"] + n["etcdserverpb.KV/DeleteRange"],
+		Reads:  n["etcdserverpb.KV/Range"],
+		Txns:   n["etcdserverpb.KV/Txn"],
+	}
+}
+
+// Zones returns each member's zone.
+func (c *EtcdCluster) Zones() []string { return slices.Clone(c.topo.Zones) }
 
 // GRPCStarted is GRPCCounts for RPCs started (grpc_server_started_total),
 // which counts streams still open: where a Watch or LeaseKeepAlive went.

@@ -356,6 +356,40 @@ func (s *server) clientConnections() uint64 {
 
 // cluster is embedded in EtcdCluster and ZKCluster: the emulated network,
 // which every member's proxies shape by, and the fault knobs.
+// Faults is what a test can do to the members of either cluster type; the
+// conformance suite and routebench take it rather than listing the knobs.
+type Faults interface {
+	Degrade(i int, delay, jitter time.Duration)
+	DegradePeers(i int, delay, jitter time.Duration)
+	Partition(i int, on bool)
+	ResetClients(i int, on bool)
+	Blackhole(i int, on bool)
+	Pause(i int) error
+	Resume(i int) error
+	Kill(i int) error
+	Restart(ctx context.Context, i int) error
+	MoveLeader(ctx context.Context, to int) error
+	// Zones returns each member's zone, in member order.
+	Zones() []string
+}
+
+var (
+	_ Faults = (*EtcdCluster)(nil)
+	_ Faults = (*ZKCluster)(nil)
+)
+
+// Served is what one member served, by its own count: etcd's /metrics,
+// ZooKeeper's mntr.
+type Served struct {
+	// Writes are client writes received, not proposals forwarded to the
+	// member (ZooKeeper: updates, session creation included).
+	Writes uint64
+	// Reads are client reads (ZooKeeper: a linearizable read's sync too).
+	Reads uint64
+	// Txns are etcd transactions, of either kind.
+	Txns uint64
+}
+
 type cluster struct {
 	netMu sync.Mutex // serialises changes of net and their broadcast
 	net   *netState

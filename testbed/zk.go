@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -370,6 +371,23 @@ func (c *ZKCluster) Requests(ctx context.Context, i int) (zk4lw.Requests, error)
 	}
 	return zk4lw.ParseRequests(m), nil
 }
+
+// Served returns what server i's own sessions asked of it (mntr: updates
+// as writes, reads including syncs). A server that is not running counts
+// zero.
+func (c *ZKCluster) Served(ctx context.Context, i int) (Served, error) {
+	if c.servers[i].PID() == 0 {
+		return Served{}, nil
+	}
+	n, err := c.Requests(ctx, i)
+	if err != nil {
+		return Served{}, err
+	}
+	return Served{Writes: n.Updates, Reads: n.Reads}, nil
+}
+
+// Zones returns each server's zone.
+func (c *ZKCluster) Zones() []string { return slices.Clone(c.topo.Zones) }
 
 // Leader returns the index of the server whose srvr says "Mode: leader";
 // ErrNoLeader when none does.

@@ -41,18 +41,6 @@ func startCluster(t *testing.T, topo testbed.Topology) *testbed.EtcdCluster {
 
 type cluster struct{ *testbed.EtcdCluster }
 
-func (c cluster) Served(ctx context.Context, i int) (conformance.Served, error) {
-	n, err := c.GRPCCounts(ctx, i)
-	if err != nil {
-		return conformance.Served{}, err
-	}
-	return conformance.Served{
-		Writes: n["etcdserverpb.KV/Put"] + n["etcdserverpb.KV/DeleteRange"],
-		Reads:  n["etcdserverpb.KV/Range"],
-		Txns:   n["etcdserverpb.KV/Txn"],
-	}, nil
-}
-
 type client struct{ *etcd.Client }
 
 func (c client) Put(ctx context.Context, key, value string) error {

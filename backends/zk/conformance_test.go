@@ -53,17 +53,6 @@ type cluster struct{ *testbed.ZKCluster }
 // own ports) stay reachable.
 func (c cluster) CutClients(on bool) { c.BlackholeClients(on) }
 
-// Served counts what a server's own clients asked of it (mntr's request
-// latency summaries count each request at the server the session is on):
-// updates are writes (session creation included), reads include syncs.
-func (c cluster) Served(ctx context.Context, i int) (conformance.Served, error) {
-	n, err := c.Requests(ctx, i)
-	if err != nil {
-		return conformance.Served{}, err
-	}
-	return conformance.Served{Writes: n.Updates, Reads: n.Reads}, nil
-}
-
 type client struct {
 	*ozk.Conn
 	servers []string
