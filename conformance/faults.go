@@ -177,38 +177,36 @@ func testBeyondDeadline(t *testing.T, h Harness) {
 
 // testFailingFast: a follower whose client connections are reset at once
 // fails every read quickly, faster than the others succeed, so latency
-// alone would keep it. It leaves the pool within 2 s.
+// alone would keep it. It leaves the pool within 2 s; then ≤ 1 % of reads
+// fail; it returns once the fault ends.
 func testFailingFast(t *testing.T, h Harness) {
-	c, cli, bad := faultSetup(t, h, "fast")
-	const deadline = 500 * time.Millisecond
-	l := startReads(t, cli, 4, deadline, 0, "fast")
-	Poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[bad].Reads() > 50 })
-	c.ResetClients(bad, true)
-	took := waitPool(t, cli, bad, true, 2*time.Second, "failing member leaves the pool")
-	m := cli.Stats().Members[bad]
-	t.Logf("out of the pool %v after the fault (reason %q, reachable %v, errors %v)", took, m.OutReason, m.Reachable, m.Errors)
-	afterEjection(t, l, deadline, 2*time.Second, 0.01)
-	c.ResetClients(bad, false)
-	took = waitPool(t, cli, bad, false, 15*time.Second, "member back in the pool")
-	t.Logf("back %v after the fault ended", took)
+	faultAndHeal(t, h, "fast", 2*time.Second, 15*time.Second, func(c Cluster, i int, on bool) { c.ResetClients(i, on) })
 }
 
 // testPartitioned: a follower cut off from its peers with its client link
 // up answers probes but cannot serve a linearizable read. It leaves the
 // pool within 3 s; then ≤ 1 % of reads fail; it returns once healed.
 func testPartitioned(t *testing.T, h Harness) {
-	c, cli, cut := faultSetup(t, h, "partition")
+	faultAndHeal(t, h, "partition", 3*time.Second, 30*time.Second, func(c Cluster, i int, on bool) { c.Partition(i, on) })
+}
+
+// faultAndHeal puts fault on the same-zone follower under a read load with
+// a 500 ms deadline, checks that the follower leaves the pool within out and
+// that ≤ 1 % of reads fail after that, then heals it and checks that it is
+// back within back.
+func faultAndHeal(t *testing.T, h Harness, prefix string, out, back time.Duration, fault func(c Cluster, i int, on bool)) {
+	c, cli, bad := faultSetup(t, h, prefix)
 	const deadline = 500 * time.Millisecond
-	l := startReads(t, cli, 4, deadline, 0, "partition")
-	Poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[cut].Reads() > 50 })
-	c.Partition(cut, true)
-	took := waitPool(t, cli, cut, true, 3*time.Second, "partitioned member leaves the pool")
-	m := cli.Stats().Members[cut]
-	t.Logf("out of the pool %v after the partition (reason %q, reachable %v)", took, m.OutReason, m.Reachable)
+	l := startReads(t, cli, 4, deadline, 0, prefix)
+	Poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[bad].Reads() > 50 })
+	fault(c, bad, true)
+	took := waitPool(t, cli, bad, true, out, "faulty member leaves the pool")
+	m := cli.Stats().Members[bad]
+	t.Logf("out of the pool %v after the fault (reason %q, reachable %v, errors %v, gave up %v)", took, m.OutReason, m.Reachable, m.Errors, m.GaveUp)
 	afterEjection(t, l, deadline, 3*time.Second, 0.01)
-	c.Partition(cut, false)
-	took = waitPool(t, cli, cut, false, 30*time.Second, "healed member back in the pool")
-	t.Logf("back %v after the partition healed", took)
+	fault(c, bad, false)
+	took = waitPool(t, cli, bad, false, back, "healed member back in the pool")
+	t.Logf("back %v after the fault ended", took)
 }
 
 // testLowRateNoFlapping: at 50 reads/s an ejected member that is still

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// runOutcome issues n reads; outcome says how each ended at each member and
-// how long it took there.
+// runOutcome issues n operations of class op; outcome says how each ended
+// at each member and how long it took there.
 func (tr testRouter) runOutcome(t *testing.T, n int, op Op, outcome func(Member) (Outcome, time.Duration)) map[string]int {
 	t.Helper()
 	counts := map[string]int{}

@@ -120,20 +120,11 @@ func (tr testRouter) refreshSequential() {
 	tr.apply(outcomes, tr.forgets.Load())
 }
 
-// run issues n operations of class op, each taking latency(member).
+// run issues n operations of class op, each taking latency(member) and
+// succeeding.
 func (tr testRouter) run(t *testing.T, n int, op Op, latency func(Member) time.Duration) map[string]int {
 	t.Helper()
-	counts := map[string]int{}
-	for range n {
-		p, err := tr.Pick(context.Background(), op)
-		if err != nil {
-			t.Fatal(err)
-		}
-		counts[p.Member.ID]++
-		tr.clock.Advance(latency(p.Member))
-		p.Done(OK)
-	}
-	return counts
+	return tr.runOutcome(t, n, op, func(m Member) (Outcome, time.Duration) { return OK, latency(m) })
 }
 
 func flat(d time.Duration) func(Member) time.Duration { return func(Member) time.Duration { return d } }
