@@ -52,6 +52,13 @@ type Config struct {
 	// ejection is for a member that drifts far above the rest. Default is
 	// 5 ms; set a negative value for none.
 	MinEjectGap time.Duration
+	// MinProbeEjectGap is the least excess of a member's probe EWMA over the
+	// members' median that ejects it (besides EjectRatio), with at least
+	// MinProbeSamples probes. Probes come a few a second on connections
+	// shared with traffic (a busy leader answers them later), far noisier
+	// than reads, so they must say much more: a member whose probes take
+	// 160 ms while the others' take 2 ms. Default is 4 × MinEjectGap.
+	MinProbeEjectGap time.Duration
 	// MinSamples is how many read samples a member needs before it is judged.
 	// Default is 10.
 	MinSamples int
@@ -145,6 +152,9 @@ func (c *Config) setDefaults() {
 		c.MinEjectGap = 5 * time.Millisecond
 	} else if c.MinEjectGap < 0 {
 		c.MinEjectGap = 0
+	}
+	if c.MinProbeEjectGap == 0 {
+		c.MinProbeEjectGap = 4 * c.MinEjectGap
 	}
 	if c.MinSamples == 0 {
 		c.MinSamples = 10

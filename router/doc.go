@@ -37,8 +37,10 @@
 //   - failures: ConsecutiveFailures [5] failed reads in a row, or a failure
 //     share over FailureWindow [1 s] that exceeds the others' median share
 //     by FailureShare [0.3];
-//   - probe RTT: its probe EWMA far above the members' median, by the same
-//     ratio and gap.
+//   - probe RTT: its probe EWMA (after 8 probes) above EjectRatio × the
+//     members' median and by more than MinProbeEjectGap [4 × MinEjectGap]:
+//     probes are few and share connections with traffic, so they must say
+//     much more than reads.
 //
 // An ejected member keeps a ProbeShare [0.5 %] of reads and returns when
 // ReadmitSamples [3] of them in a row are in line with the median and its

@@ -3,6 +3,7 @@ package router
 import (
 	"cmp"
 	"context"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -82,10 +83,9 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 		h.lastProbe, h.probed = o.res, true
 		h.probe.Add(o.rtt)
 	}
-	rounds := max(1, int(r.cfg.FailureWindow/r.cfg.ProbeInterval))
 	for i := range r.health {
 		h := &r.health[i]
-		h.window.push(h.ops[LinearizableRead].Load()+h.ops[StaleRead].Load(), h.readFails.Load(), rounds)
+		h.window.push(now, h.ops[LinearizableRead].Load()+h.ops[StaleRead].Load(), h.readFails.Load(), r.cfg.FailureWindow)
 	}
 
 	var reachable []int
@@ -134,12 +134,7 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 		}
 	}
 	benched := r.benchedLocked(reachable, leader)
-	ejected := r.ejectionsLocked(reachable, benched, prev, now)
-	for i := range r.health {
-		if h := &r.health[i]; !slices.Contains(benched, i) && !slices.Contains(ejected, i) {
-			h.out = ""
-		}
-	}
+	ejected := r.ejectionsLocked(reachable, benched, now)
 	r.snap.Store(r.buildSnapshot(leader, reachable, ejected, benched, sticky))
 	r.rounds.Add(1)
 }
@@ -176,6 +171,10 @@ func (r *Router) byServerID(id string, among []int) int {
 	}
 	return -1
 }
+
+// minProbeSamples is how many probes a member needs before its probe RTT
+// is judged: two seconds of probes at the default interval.
+const minProbeSamples = 8
 
 // Reasons a member is out of the read pool, as Stats reports them.
 const (
@@ -226,8 +225,7 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 		case committed > 0 && res.Applied > 0 && committed > res.Applied && committed-res.Applied > r.cfg.MaxLag:
 			why = outLag
 		}
-		if why != "" {
-			h.out = why
+		if h.benchWhy = why; why != "" {
 			out = append(out, i)
 		}
 	}
@@ -237,28 +235,38 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 	return out
 }
 
-// ejectionsLocked decides which reachable, unbenched members are ejected
-// from the read pool on the evidence of reads and probe round trips:
+// ejectionsLocked decides which reachable members are ejected from the
+// read pool on the evidence of reads and probe round trips, and returns
+// them (benched ones left out):
 //   - latency: read EWMA (≥ MinSamples samples, censored ones included)
-//     above EjectRatio × the median and by more than MinEjectGap;
-//   - failures: ConsecutiveFailures failed reads in a row, or a failure
-//     share over FailureWindow that exceeds the others' median share by
-//     FailureShare;
-//   - probe RTT: probe EWMA far above the members' median probe EWMA, by
-//     the same ratio and gap.
+//     above EjectRatio × the median of the other members' and by more than
+//     MinEjectGap;
+//   - failures: ConsecutiveFailures failed reads in a row while most other
+//     members are not failing (a cluster-wide failure, an election, ejects
+//     nobody), or a failure share over FailureWindow that exceeds the
+//     others' median share by FailureShare;
+//   - probe RTT: probe EWMA (minProbeSamples probes) above EjectRatio × the
+//     members' median probe EWMA and by more than MinProbeEjectGap.
 //
 // An ejected member stays out for at least its ejection time (BaseEjection,
 // doubled for each ejection since it was last forgiven, capped at
 // MaxEjection) and until fresh evidence brings it back: ReadmitSamples
 // probe-share reads in a row in line with the median, and its probe EWMA in
-// line with the others'. At most a minority of the reachable members is out
-// of the pool (benched ones included). Caller must hold r.mu.
-func (r *Router) ejectionsLocked(reachable, benched []int, prev *snapshot, now time.Time) []int {
-	var judged, probes []time.Duration
+// line with the others'. A benched member keeps its ejection and is judged
+// again once its probes recover. At most a minority of the reachable members
+// is out of the pool (benched ones included); the most severe keep the
+// places, the incumbent on a tie. Only hybrid has a read pool: under the
+// other policies nobody is ejected. Caller must hold r.mu.
+func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time) []int {
+	if r.kind != hybridKind {
+		return nil
+	}
+	judged := map[int]time.Duration{}
+	var probes []time.Duration
 	for _, i := range reachable {
 		h := &r.health[i]
 		if h.read.Count() >= uint64(r.cfg.MinSamples) {
-			judged = append(judged, h.read.Value())
+			judged[i] = h.read.Value()
 		}
 		if h.probed && h.probeFailures == 0 {
 			probes = append(probes, h.probe.Value())
@@ -266,70 +274,91 @@ func (r *Router) ejectionsLocked(reachable, benched []int, prev *snapshot, now t
 	}
 	var median, probeMedian time.Duration
 	if len(judged) > 0 {
-		median = medianOf(judged)
+		median = medianOf(slices.Collect(maps.Values(judged)))
 		r.readMedian.Store(int64(median))
 	}
 	if len(probes) > 0 {
 		probeMedian = medianOf(probes)
 	}
+	othersMedian := func(i int) (time.Duration, bool) {
+		var others []time.Duration
+		for j, v := range judged {
+			if j != i {
+				others = append(others, v)
+			}
+		}
+		if len(others) == 0 {
+			return 0, false
+		}
+		return medianOf(others), true
+	}
 	shares := map[int]float64{}
+	failing := 0 // reachable members with a read failure streak
 	for _, i := range reachable {
-		if reads, fails := r.health[i].window.delta(); reads >= uint64(r.cfg.MinSamples) {
+		h := &r.health[i]
+		if reads, fails := h.window.delta(); reads >= uint64(r.cfg.MinSamples) {
 			shares[i] = float64(fails) / float64(reads)
+		}
+		if h.readFailStreak.Load() > 0 {
+			failing++
 		}
 	}
 
 	type candidate struct {
-		i   int
-		was bool
-		v   time.Duration
-		why string
+		i        int
+		was      bool
+		severity float64
+		why      string
 	}
 	var out []candidate
 	for _, i := range reachable {
-		if slices.Contains(benched, i) {
-			continue
-		}
 		h := &r.health[i]
+		if slices.Contains(benched, i) {
+			continue // judged again once its probes recover; an ejection is kept
+		}
 		v := h.read.Value()
-		if slices.Contains(prev.ejected, i) {
+		if h.ejected {
 			probeOK := !h.probed || len(probes) < 2 || r.inLine(h.probe.Value(), probeMedian)
 			fresh := h.freshInLine.Load() >= int64(r.cfg.ReadmitSamples)
 			if now.Before(h.ejectUntil) || !probeOK || !fresh {
-				out = append(out, candidate{i: i, was: true, v: v, why: h.out})
+				out = append(out, candidate{i: i, was: true, severity: r.severity(h, h.ejectWhy, median, probeMedian), why: h.ejectWhy})
 			}
 			continue
 		}
 		why := ""
+		streak := h.readFailStreak.Load()
+		med, ok := othersMedian(i)
 		switch {
-		case h.readFailStreak.Load() >= int64(r.cfg.ConsecutiveFailures):
+		case streak >= int64(r.cfg.ConsecutiveFailures) && 2*(failing-1) < len(reachable)-1:
 			why = outFailures
 		case r.failingMore(i, shares):
 			why = outFailures
-		case len(judged) >= 2 && h.read.Count() >= uint64(r.cfg.MinSamples) && r.farAbove(v, median):
+		case ok && h.read.Count() >= uint64(r.cfg.MinSamples) && r.farAbove(v, med):
 			why = outLatency
-		case len(probes) >= 2 && h.probed && h.probeFailures == 0 && h.probe.Count() >= 3 && r.farAbove(h.probe.Value(), probeMedian):
+		case len(probes) >= 2 && h.probed && h.probeFailures == 0 && h.probe.Count() >= minProbeSamples &&
+			float64(h.probe.Value()) > r.cfg.EjectRatio*float64(probeMedian) && h.probe.Value()-probeMedian > r.cfg.MinProbeEjectGap:
 			why = outProbeRTT
 		}
 		if why != "" {
-			out = append(out, candidate{i: i, v: v, why: why})
+			out = append(out, candidate{i: i, severity: r.severity(h, why, median, probeMedian), why: why})
 		}
 	}
 	// The minority cap keeps the worst: a member failing its reads, then
 	// the one furthest above its median. A member already out but less
 	// severe than a newcomer makes room for it (a partitioned member
-	// displaces one that is merely a little slow).
-	severity := func(c candidate) float64 {
-		h := &r.health[c.i]
-		switch c.why {
-		case outFailures:
-			return math.Inf(1)
-		case outProbeRTT:
-			return float64(h.probe.Value()) / float64(max(probeMedian, 1))
+	// displaces one that is merely a little slow); on a tie it stays.
+	slices.SortStableFunc(out, func(a, b candidate) int {
+		if c := cmp.Compare(b.severity, a.severity); c != 0 {
+			return c
 		}
-		return float64(c.v) / float64(max(median, 1))
-	}
-	slices.SortStableFunc(out, func(a, b candidate) int { return cmp.Compare(severity(b), severity(a)) })
+		switch {
+		case a.was && !b.was:
+			return -1
+		case b.was && !a.was:
+			return 1
+		}
+		return 0
+	})
 	limit := max(0, (len(reachable)-1)/2-len(benched))
 	if len(out) > limit {
 		out = out[:limit]
@@ -337,19 +366,30 @@ func (r *Router) ejectionsLocked(reachable, benched []int, prev *snapshot, now t
 	ejected := make([]int, 0, len(out))
 	for _, c := range out {
 		ejected = append(ejected, c.i)
-		h := &r.health[c.i]
-		h.out = c.why
-		if !c.was {
+		if h := &r.health[c.i]; !c.was {
+			h.ejectWhy = c.why
 			r.ejectLocked(h, now)
 		}
 	}
 	slices.Sort(ejected)
-	for _, i := range prev.ejected {
-		if !slices.Contains(ejected, i) && slices.Contains(reachable, i) {
-			r.readmitLocked(&r.health[i], median, now)
+	for _, i := range reachable {
+		if h := &r.health[i]; h.ejected && !slices.Contains(ejected, i) && !slices.Contains(benched, i) {
+			r.readmitLocked(h, median, now)
 		}
 	}
 	return ejected
+}
+
+// severity orders ejection candidates: failures first, then by how many
+// times the median the member's signal is.
+func (r *Router) severity(h *memberHealth, why string, median, probeMedian time.Duration) float64 {
+	switch why {
+	case outFailures:
+		return math.Inf(1)
+	case outProbeRTT:
+		return float64(h.probe.Value()) / float64(max(probeMedian, 1))
+	}
+	return float64(h.read.Value()) / float64(max(median, 1))
 }
 
 // failingMore reports whether member i's failure share exceeds the median
@@ -378,6 +418,7 @@ func (r *Router) ejectLocked(h *memberHealth, now time.Time) {
 	if !h.admittedAt.IsZero() && now.Sub(h.admittedAt) >= r.cfg.MaxEjection {
 		h.ejections = 0 // in the pool long enough: forgiven
 	}
+	h.ejected = true
 	h.ejections++
 	h.totalEjected++
 	d := r.cfg.MaxEjection
@@ -395,6 +436,7 @@ func (r *Router) readmitLocked(h *memberHealth, median time.Duration, now time.T
 	if median <= 0 {
 		median = r.cfg.InitialLatency
 	}
+	h.ejected = false
 	h.read.Reset(median)
 	h.readFailStreak.Store(0)
 	h.freshInLine.Store(0)
@@ -402,16 +444,26 @@ func (r *Router) readmitLocked(h *memberHealth, median time.Duration, now time.T
 	h.admittedAt = now
 }
 
-// failureWindow keeps, per probe round, a member's cumulative read picks
-// and read failures, so that a share can be taken over the last rounds.
+// failureWindow keeps, at each probe round, a member's cumulative read
+// picks and read failures, so that a share can be taken over the last
+// FailureWindow of time (rounds come faster when something asks for one).
 type failureWindow struct {
-	reads, fails []uint64 // oldest first, at most rounds+1 entries
+	at           []time.Time // oldest first
+	reads, fails []uint64
 }
 
-func (w *failureWindow) push(reads, fails uint64, rounds int) {
+// push records a round's counts and forgets the ones that fall out of span
+// (keeping one at or before its start).
+func (w *failureWindow) push(now time.Time, reads, fails uint64, span time.Duration) {
+	w.at = append(w.at, now)
 	w.reads = append(w.reads, reads)
 	w.fails = append(w.fails, fails)
-	if n := len(w.reads) - (rounds + 1); n > 0 {
+	n := 0
+	for n+1 < len(w.at) && !w.at[n+1].After(now.Add(-span)) {
+		n++
+	}
+	if n > 0 {
+		w.at = append(w.at[:0], w.at[n:]...)
 		w.reads = append(w.reads[:0], w.reads[n:]...)
 		w.fails = append(w.fails[:0], w.fails[n:]...)
 	}
@@ -429,6 +481,7 @@ func (w *failureWindow) delta() (reads, fails uint64) {
 // clear forgets the window's history (a readmitted member starts afresh).
 func (w *failureWindow) clear() {
 	if n := len(w.reads); n > 0 {
+		w.at = append(w.at[:0], w.at[n-1])
 		w.reads = append(w.reads[:0], w.reads[n-1])
 		w.fails = append(w.fails[:0], w.fails[n-1])
 	}

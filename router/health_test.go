@@ -89,13 +89,19 @@ func TestConsecutiveFailuresEject(t *testing.T) {
 	if !m.Ejected || m.OutReason != outFailures {
 		t.Fatalf("fast-failing member not ejected: %+v", m)
 	}
-	c := tr.runOutcome(t, 20000, LinearizableRead, func(m Member) (Outcome, time.Duration) {
-		if m.ID == "m2" {
-			return MemberFault, 100 * time.Microsecond
-		}
-		return OK, time.Millisecond
-	})
-	if share := float64(c["m2"]) / 20000; share > 0.01 {
+	// Still failing, with probe rounds going on: it stays out.
+	toM2 := 0
+	for range 20 {
+		c := tr.runOutcome(t, 1000, LinearizableRead, func(m Member) (Outcome, time.Duration) {
+			if m.ID == "m2" {
+				return MemberFault, 100 * time.Microsecond
+			}
+			return OK, time.Millisecond
+		})
+		toM2 += c["m2"]
+		tr.probeRound()
+	}
+	if share := float64(toM2) / 20000; share > 0.01 {
 		t.Fatalf("failing member still gets %.2f%% of reads", 100*share)
 	}
 }
@@ -187,11 +193,32 @@ func TestSlowProbesEject(t *testing.T) {
 		}
 		return tr.cluster.Probe(ctx, m)
 	})
-	for range 4 {
+	for range minProbeSamples {
 		tr.refreshSequential()
 	}
 	if m := tr.Stats().Members[1]; !m.Ejected || m.OutReason != outProbeRTT {
 		t.Fatalf("member with 160 ms probes not ejected: %+v", m)
+	}
+}
+
+func TestBusyLeaderProbesEjectNobody(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	tr.run(t, 300, LinearizableRead, flat(time.Millisecond))
+	// The leader answers its probes later than the followers (it does more
+	// work): 19 ms against 6 ms, as measured on a loaded test bed.
+	tr.cfg.Prober = ProberFunc(func(ctx context.Context, m Member) (ProbeResult, error) {
+		if m.ID == "m0" {
+			tr.clock.Advance(19 * time.Millisecond)
+		} else {
+			tr.clock.Advance(6 * time.Millisecond)
+		}
+		return tr.cluster.Probe(ctx, m)
+	})
+	for range 3 * minProbeSamples {
+		tr.refreshSequential()
+	}
+	if m := tr.Stats().Members[0]; m.Ejected {
+		t.Fatalf("busy leader ejected for its probe RTT: %+v", m)
 	}
 }
 
@@ -351,6 +378,10 @@ func TestMaintenanceIsNoEvidence(t *testing.T) {
 	for range 4 {
 		tr.refreshSequential()
 	}
+	// A read sent to it on purpose while it defragments, wholly inside.
+	inside, _ := tr.Pick(WithMember(context.Background(), "m1"), LinearizableRead)
+	tr.clock.Advance(900 * time.Millisecond)
+	inside.Done(OK)
 	tr.clock.Advance(2 * time.Second)
 	stuck.Done(OK)
 	end()
@@ -390,5 +421,95 @@ func TestCapKeepsTheWorst(t *testing.T) {
 	st := tr.Stats()
 	if !st.Members[1].Ejected || st.Members[2].Ejected {
 		t.Fatalf("want the 500 ms member out and the 20 ms one back: m1 %+v, m2 %+v", st.Members[1], st.Members[2])
+	}
+}
+
+func TestBenchedMemberKeepsItsEjection(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	slow := slowMember("m2", 30*time.Millisecond, time.Millisecond)
+	tr.run(t, 300, LinearizableRead, slow)
+	tr.probeRound()
+	if m := tr.Stats().Members[2]; !m.Ejected || m.OutReason != outLatency {
+		t.Fatalf("m2 not ejected: %+v", m)
+	}
+	// For one round its probes say it has no leader, then all is well
+	// again on the probes' side — but its reads are still slow.
+	bench := true
+	tr.withProbe(func(m Member, res *ProbeResult) {
+		if m.ID == "m2" && bench {
+			res.LeaderID, res.Leaderless = "", true
+		}
+	})
+	tr.clock.Advance(5 * time.Second)
+	tr.probeRound()
+	if m := tr.Stats().Members[2]; m.OutReason != outNoLeader {
+		t.Fatalf("m2 not benched: %+v", m)
+	}
+	bench = false
+	tr.probeRound()
+	m := tr.Stats().Members[2]
+	if !m.Ejected || m.OutReason != outLatency || m.Ejections != 1 {
+		t.Fatalf("after its bench m2 lost its ejection: %+v", m)
+	}
+	if c := tr.run(t, 3000, LinearizableRead, slow); c["m2"] > 60 {
+		t.Fatalf("still-slow m2 got %d of 3000 reads after its bench", c["m2"])
+	}
+}
+
+func TestOnlyHybridEjects(t *testing.T) {
+	tr := newTestRouter(t, Config{Policy: RoundRobin})
+	tr.runOutcome(t, 60, LinearizableRead, func(m Member) (Outcome, time.Duration) {
+		if m.ID == "m1" {
+			return MemberFault, time.Millisecond // an election's worth of failures
+		}
+		return OK, time.Millisecond
+	})
+	tr.probeRound()
+	if m := tr.Stats().Members[1]; m.Ejected {
+		t.Fatalf("round_robin has no read pool, yet m1 was ejected (and nothing would readmit it): %+v", m)
+	}
+}
+
+func TestClusterWideFailuresEjectNobody(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	tr.run(t, 60, LinearizableRead, flat(time.Millisecond))
+	tr.probeRound()
+	// An election: every member fails its reads for a while.
+	tr.runOutcome(t, 30, LinearizableRead, func(Member) (Outcome, time.Duration) { return MemberFault, time.Millisecond })
+	tr.probeRound()
+	for _, m := range tr.Stats().Members {
+		if m.Ejected {
+			t.Fatalf("%s ejected for a failure every member shared: %+v", m.Member.ID, m)
+		}
+	}
+}
+
+func TestLeaderFallbackAvoidsBenchedMembers(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	tr.cluster.set("", 1) // no leader known …
+	tr.withProbe(func(m Member, res *ProbeResult) {
+		res.Leaderless = m.ID == "m2" // … and m2 cut off from its peers
+	})
+	tr.probeRound()
+	if c := tr.run(t, 300, Write, flat(time.Millisecond)); c["m2"] != 0 || c["m0"] != 150 {
+		t.Fatalf("fallback writes %v, want none on the leaderless m2", c)
+	}
+}
+
+func TestLatencyJudgedAgainstTheOthers(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	// m1 has too few reads to be judged (just readmitted, say); m2 is 30×
+	// slower than m0. With m2 in its own median (the mean of 1 and 30 ms)
+	// it could never be ejected.
+	tr.run(t, 300, LinearizableRead, func(m Member) time.Duration {
+		if m.ID == "m2" {
+			return 30 * time.Millisecond
+		}
+		return time.Millisecond
+	})
+	tr.health[1].read.Reset(time.Millisecond)
+	tr.probeRound()
+	if m := tr.Stats().Members[2]; !m.Ejected {
+		t.Fatalf("m2 at 30 ms against m0's 1 ms not ejected: %+v", m)
 	}
 }

@@ -82,7 +82,9 @@ type memberHealth struct {
 	lastProbe     ProbeResult
 	probed        bool
 	window        failureWindow
-	out           string    // why the member is out of the read pool, "" when in
+	ejected       bool      // ejected on reads' evidence; survives a spell on the bench
+	ejectWhy      string    // why it was ejected
+	benchWhy      string    // why its probes bench it, "" when they do not
 	ejectUntil    time.Time // the least end of the current ejection
 	ejections     int       // ejections not yet forgiven: the backoff's exponent
 	totalEjected  uint64
@@ -99,6 +101,7 @@ type snapshot struct {
 	local     []int // pool members in the client's zone
 	ejected   []int // out of the read pool on reads' evidence: they get the probe share
 	benched   []int // out of the read pool on probes' evidence: no reads at all
+	serving   []int // reachable and not benched: where leader-bound calls fall back
 	sticky    int   // the sticky policy's member
 	inPool    []bool
 }
@@ -225,8 +228,8 @@ func (r *Router) Pick(ctx context.Context, op Op) (Pick, error) {
 	h := &r.health[p.Index]
 	h.ops[op].Add(1)
 	p.Member = r.members[p.Index]
+	p.busyEpoch = h.busyEpoch.Load()
 	if r.timed[op] {
-		p.busyEpoch = h.busyEpoch.Load()
 		p.start = r.elapsed()
 	}
 	return p, nil
@@ -293,15 +296,15 @@ func (p Pick) Done(o Outcome) {
 		h.ops[p.op].Add(^uint64(0))
 		return
 	}
+	if h.busy.Load() > 0 || h.busyEpoch.Load() != p.busyEpoch {
+		// It overlapped maintenance the client asked for: whatever it shows
+		// is the maintenance, not the member's health.
+		return
+	}
 	timed := r.timed[p.op]
 	var latency time.Duration
 	if timed {
 		latency = r.elapsed() - p.start
-		if h.busyEpoch.Load() != p.busyEpoch {
-			// It overlapped maintenance the client asked for: whatever it
-			// shows is the maintenance, not the member's health.
-			return
-		}
 	}
 	switch o {
 	case CallerGaveUp:
@@ -419,7 +422,19 @@ func (r *Router) Busy(idx int) (end func()) {
 // and everything else as it is. Caller must hold r.mu.
 func (r *Router) rebenchLocked() {
 	s := r.snap.Load()
-	r.snap.Store(r.buildSnapshot(s.leader, s.reachable, s.ejected, r.benchedLocked(s.reachable, s.leader), s.sticky))
+	r.snap.Store(r.buildSnapshot(s.leader, s.reachable, r.ejectedLocked(), r.benchedLocked(s.reachable, s.leader), s.sticky))
+}
+
+// ejectedLocked lists the members ejected on reads' evidence. Caller must
+// hold r.mu.
+func (r *Router) ejectedLocked() []int {
+	var out []int
+	for i := range r.health {
+		if r.health[i].ejected {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // Abandon takes back a Pick whose operation was never sent: Done(NotSent).
@@ -506,6 +521,11 @@ func (r *Router) toLeader(s *snapshot) (int, bool) {
 		return s.leader, true
 	}
 	r.fallbacks.Add(1)
+	if len(s.serving) > 0 {
+		// Not to a member that has no leader or is under maintenance: it
+		// would hold the call until the caller gives up.
+		return r.rotate(s.serving), false
+	}
 	return r.rotate(s.reachable), false
 }
 
@@ -606,7 +626,7 @@ func (r *Router) forgetLeader(idx int) {
 		return
 	}
 	r.forgets.Add(1)
-	r.snap.Store(r.buildSnapshot(-1, s.reachable, s.ejected, s.benched, s.sticky))
+	r.snap.Store(r.buildSnapshot(-1, s.reachable, r.ejectedLocked(), s.benched, s.sticky))
 	r.mu.Unlock()
 	r.Refresh()
 }
@@ -616,6 +636,9 @@ func (r *Router) forgetLeader(idx int) {
 func (r *Router) buildSnapshot(leader int, reachable, ejected, benched []int, sticky int) *snapshot {
 	s := &snapshot{leader: leader, reachable: reachable, sticky: sticky, inPool: make([]bool, len(r.members))}
 	for _, i := range reachable {
+		if !slices.Contains(benched, i) {
+			s.serving = append(s.serving, i)
+		}
 		switch {
 		case slices.Contains(benched, i):
 			s.benched = append(s.benched, i)

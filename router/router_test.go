@@ -361,6 +361,10 @@ func TestNoReadmissionWithoutFreshReads(t *testing.T) {
 func TestSlowProbesKeepMemberOut(t *testing.T) {
 	tr := newTestRouter(t, Config{})
 	tr.run(t, 300, LinearizableRead, slowMember("m1", 20*time.Millisecond, time.Millisecond))
+	tr.probeRound()
+	if !tr.Stats().Members[1].Ejected {
+		t.Fatal("m1 not ejected")
+	}
 	// Probes to m1 take 10 ms, to the others nothing: still degraded,
 	// although its reads recover.
 	tr.cfg.Prober = ProberFunc(func(ctx context.Context, m Member) (ProbeResult, error) {
@@ -369,6 +373,9 @@ func TestSlowProbesKeepMemberOut(t *testing.T) {
 		}
 		return tr.cluster.Probe(ctx, m)
 	})
+	for range 5 { // the probe estimate settles while m1 is out
+		tr.refreshSequential()
+	}
 	for range 20 {
 		tr.run(t, 2000, LinearizableRead, flat(time.Millisecond))
 		tr.refreshSequential()

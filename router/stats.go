@@ -73,8 +73,11 @@ func (r *Router) Stats() Stats {
 		for _, j := range s.reachable {
 			ms.Reachable = ms.Reachable || i == j
 		}
-		if ms.Ejected {
-			ms.OutReason = h.out
+		switch {
+		case slices.Contains(s.benched, i):
+			ms.OutReason = h.benchWhy
+		case slices.Contains(s.ejected, i):
+			ms.OutReason = h.ejectWhy
 		}
 		for op := range numOps {
 			ms.Ops[op] = h.ops[op].Load()

@@ -231,7 +231,8 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		}
 		sc, _ = p.pool.Get(alt)
 	}
-	picked(ctx, pick.Index)
+	_, forced := router.ForcedMember(ctx)
+	picked(ctx, pick.Index, forced, LeaderBound(info.FullMethodName))
 	if info.FullMethodName == defragmentMethod {
 		// The member serves nothing while it defragments: planned, not a
 		// grey failure (router.Busy).

@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/oproute/oproute/pool"
@@ -88,13 +89,18 @@ func WithLeader(ctx context.Context) context.Context { return router.WithLeader(
 // otherwise. A Watch opened with it starts on that member and, when the
 // member stops serving, resumes on another.
 func WithPreferredMember(ctx context.Context, endpoint string) context.Context {
-	return router.WithPreferredMember(ctx, endpoint)
+	return metadata.AppendToOutgoingContext(router.WithPreferredMember(ctx, endpoint), memberHeader, "prefer:"+endpoint)
 }
+
+// memberHeader marks calls bound to a member in their gRPC metadata:
+// clientv3 shares one watch stream among watches with the same metadata,
+// and a watch meant for one member must not ride (or steer) another's.
+const memberHeader = "oproute-member"
 
 // WithMember makes the RPCs under ctx go to the member with this endpoint,
 // as given in Config.Endpoints.
 func WithMember(ctx context.Context, endpoint string) context.Context {
-	return router.WithMember(ctx, endpoint)
+	return metadata.AppendToOutgoingContext(router.WithMember(ctx, endpoint), memberHeader, endpoint)
 }
 
 var clientSeq atomic.Uint64

@@ -107,7 +107,7 @@ func (c client) Defragment(ctx context.Context, member int) error {
 }
 
 func (c client) Snapshot(ctx context.Context, member int) error {
-	rc, err := c.Client.SnapshotWithVersion(ctx)
+	rc, err := c.Client.SnapshotWithVersion(etcd.WithMember(ctx, c.Endpoints()[member]))
 	if err != nil {
 		return err
 	}

@@ -29,9 +29,19 @@ type streams struct {
 }
 
 type trackedStream struct {
-	member atomic.Int32 // the member it was picked on; -1 before the pick
-	cancel context.CancelCauseFunc
-	moved  atomic.Bool
+	member   atomic.Int32 // the member it was picked on; -1 before the pick
+	forced   atomic.Bool  // the caller named the member (WithMember): never moved
+	toLeader atomic.Bool  // leader-bound: moved only when its member is unreachable
+	cancel   context.CancelCauseFunc
+	moved    atomic.Bool
+}
+
+// Only the streams clientv3 reopens and resumes are moved: a Watch resumes
+// from its revision, a LeaseKeepAlive stream is simply reopened. A Snapshot
+// or RangeStream cut midway would fail its caller.
+var movableMethods = map[string]bool{
+	"/etcdserverpb.Watch/Watch":          true,
+	"/etcdserverpb.Lease/LeaseKeepAlive": true,
 }
 
 type streamKey struct{}
@@ -46,6 +56,9 @@ func newStreams(r func() *router.Router) *streams {
 // intercept is the client's stream interceptor: it gives each stream a
 // context of its own to cut it by, and a handle the picker fills in.
 func (ss *streams) intercept(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	if !movableMethods[method] {
+		return streamer(ctx, desc, cc, method, opts...)
+	}
 	sctx, cancel := context.WithCancelCause(ctx)
 	ts := &trackedStream{cancel: cancel}
 	ts.member.Store(-1)
@@ -67,9 +80,12 @@ func (ss *streams) intercept(ctx context.Context, desc *grpc.StreamDesc, cc *grp
 	return &movableStream{ClientStream: cs, ts: ts}, nil
 }
 
-// picked records where the stream on ctx, if any, was sent.
-func picked(ctx context.Context, member int) {
+// picked records where the stream on ctx, if any, was sent, and whether
+// the caller forced it there or it belongs with the leader.
+func picked(ctx context.Context, member int, forced, toLeader bool) {
 	if ts, ok := ctx.Value(streamKey{}).(*trackedStream); ok {
+		ts.forced.Store(forced)
+		ts.toLeader.Store(toLeader)
 		ts.member.Store(int32(member))
 	}
 }
@@ -84,7 +100,16 @@ func (ss *streams) moveOff() {
 	ss.mu.Lock()
 	var cut []*trackedStream
 	for ts := range ss.open {
-		if m := int(ts.member.Load()); m >= 0 && !r.Serves(m) {
+		m := int(ts.member.Load())
+		switch {
+		case m < 0 || ts.forced.Load():
+		case ts.toLeader.Load():
+			// Its place is the leader's, whatever the probes say of it;
+			// a new stream would land there again.
+			if !r.Reachable(m) {
+				cut = append(cut, ts)
+			}
+		case !r.Serves(m):
 			cut = append(cut, ts)
 		}
 	}

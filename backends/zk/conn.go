@@ -141,7 +141,8 @@ type authCred struct {
 const DefaultMinEjectGap = 10 * time.Millisecond
 
 // eventBuffer is the capacity of the channel Connect returns; events beyond
-// it are dropped, as go-zookeeper drops them (WithEventCallback does not).
+// it are dropped, as go-zookeeper drops them (WithEventCallback does not),
+// except StateExpired, for which the oldest event makes room.
 const eventBuffer = 64
 
 // Connect starts a client of the ensemble servers (host:port, the port
@@ -301,6 +302,18 @@ func (c *Conn) onPrimaryEvent(ev zk.Event) {
 		select {
 		case c.events <- ev:
 		default:
+			if ev.State == zk.StateExpired {
+				// Never lose this one to a full channel (a long outage fills
+				// it with connection attempts): the oldest event makes room.
+				select {
+				case <-c.events:
+				default:
+				}
+				select {
+				case c.events <- ev:
+				default:
+				}
+			}
 		}
 	}
 }

@@ -3,6 +3,7 @@ package zk
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/go-zookeeper/zk"
 
@@ -54,8 +55,32 @@ func outcomeOf(ctx context.Context, err error) router.Outcome {
 		if o, ok := outcomes[e]; ok {
 			return o
 		}
+		var code int
+		if n, _ := fmt.Sscanf(e.Error(), "unknown error: %d", &code); n == 1 {
+			if o, ok := codeOutcomes[code]; ok {
+				return o
+			}
+		}
 	}
 	return router.MemberFault
+}
+
+// codeOutcomes maps the ZooKeeper error codes go-zookeeper has no value for
+// (it reports them as "unknown error: N", the only form in which they reach
+// us) that are not the server's fault; the others (system error, operation
+// or request timeout, connection loss, unknown session, no quorum for a new
+// config) are member faults.
+var codeOutcomes = map[int]router.Outcome{
+	-127: router.Overloaded, // throttled: the server sheds load
+	-2:   router.AppError,   // runtime inconsistency: a Multi op rolled back
+	-5:   router.AppError,   // marshalling error: the request
+	-6:   router.AppError,   // unimplemented: the server does not offer it
+	-14:  router.AppError,   // reconfiguration in progress
+	-119: router.AppError,   // not read-only
+	-120: router.AppError,   // ephemeral on a local session
+	-121: router.AppError,   // no watcher
+	-124: router.AppError,   // session closed, SASL required
+	-125: router.AppError,   // quota exceeded
 }
 
 // isMemberFault reports whether err says the server did not serve the call
