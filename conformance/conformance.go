@@ -119,6 +119,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Faults/FailingFast", func(t *testing.T) { testFailingFast(t, h) })
 	t.Run("Faults/PartitionedFromPeers", func(t *testing.T) { testPartitioned(t, h) })
 	t.Run("Faults/FrozenMemberHoldingStreams", func(t *testing.T) { testFrozenStreams(t, h) })
+	t.Run("Faults/FrozenLeaderHoldingSession", func(t *testing.T) { testFrozenLeaderSession(t, h) })
 	t.Run("Faults/MaintenanceIsNoSample", func(t *testing.T) { testMaintenance(t, h) })
 	t.Run("Faults/LowRateNoFlapping", func(t *testing.T) { testLowRateNoFlapping(t, h) })
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, h) })

@@ -414,3 +414,80 @@ func testMaintenance(t *testing.T, h Harness) {
 		t.Fatalf("maintenance calls ejected the member: %+v", m)
 	}
 }
+
+// testFrozenLeaderSession: the leader, which holds the session's
+// keep-alives (etcd's LeaseKeepAlive stream, ZooKeeper's primary session),
+// freezes (SIGSTOP) until the others elect a new one and for at least 7 s,
+// longer than the session's 5 s TTL. The session survives, writes resume
+// within 5 s of the new leader, and a watch on a follower delivers them.
+func testFrozenLeaderSession(t *testing.T, h Harness) {
+	c := h.NewCluster(t, 3)
+	cli := connect(t, h, c.Endpoints(), router.Hybrid)
+	sc, ok := cli.(StreamClient)
+	if !ok {
+		t.Skip("backend has no streams")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	old, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLeaderKnown(t, cli, c, old)
+	if err := cli.Put(ctx, "frozenleader/key", "before"); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := sc.HoldSession(ctx, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := sc.WatchFrom(ctx, (old+1)%3, "frozenleader/key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Pause(old); err != nil {
+		t.Fatal(err)
+	}
+	frozenAt := time.Now()
+	defer c.Resume(old)
+	var next int
+	Poll(t, 30*time.Second, "a new leader", func() bool {
+		next, err = c.Leader(ctx)
+		return err == nil && next != old
+	})
+	elected := time.Since(frozenAt)
+	var wrote time.Duration
+	Poll(t, 5*time.Second, "a write through the new leader", func() bool {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		defer pcancel()
+		if cli.Put(pctx, "frozenleader/key", "after") != nil {
+			return false
+		}
+		wrote = time.Since(frozenAt)
+		return true
+	})
+	select {
+	case v := <-events:
+		if v != "after" {
+			t.Fatalf("watch delivered %q, want %q", v, "after")
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("watch on a follower did not deliver the write within 3 s")
+	}
+	for time.Since(frozenAt) < 7*time.Second {
+		select {
+		case <-lost:
+			t.Fatalf("session lost %v after the leader froze", time.Since(frozenAt))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if err := c.Resume(old); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lost:
+		t.Fatal("session lost")
+	case <-time.After(time.Second): // a last window for a late expiry to show
+	}
+	t.Logf("leader m%d frozen: m%d elected after %v, first write after %v; session kept through %v", old, next, elected.Round(time.Millisecond), wrote.Round(time.Millisecond), time.Since(frozenAt).Round(time.Millisecond))
+}
