@@ -271,28 +271,38 @@ type StreamClient interface {
 	HoldSession(ctx context.Context, ttl time.Duration) (<-chan struct{}, error)
 }
 
-// testFrozenStreams: a frozen follower (SIGSTOP) holds a watch; a session
-// with a 5 s TTL is open. The watch delivers the next change within 3 s,
-// nothing lost or repeated, and the session outlives the freeze.
-func testFrozenStreams(t *testing.T, h Harness) {
+// streamSetup starts a cluster and a hybrid client with streams (or skips),
+// waits until it knows the leader, writes key=value and opens a session
+// with a 5 s TTL.
+func streamSetup(t *testing.T, h Harness, key, value string) (_ Cluster, _ Client, _ StreamClient, leader int, lost <-chan struct{}) {
+	t.Helper()
 	c := h.NewCluster(t, 3)
 	cli := connect(t, h, c.Endpoints(), router.Hybrid)
 	sc, ok := cli.(StreamClient)
 	if !ok {
 		t.Skip("backend has no streams")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	leader, _ := c.Leader(ctx)
-	waitLeaderKnown(t, cli, c, leader)
-	frozen := (leader + 1) % 3
-	if err := cli.Put(ctx, "frozen/key", "v0"); err != nil {
-		t.Fatal(err)
-	}
-	lost, err := sc.HoldSession(ctx, 5*time.Second)
+	leader, err := c.Leader(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitLeaderKnown(t, cli, c, leader)
+	if err := cli.Put(t.Context(), key, value); err != nil {
+		t.Fatal(err)
+	}
+	if lost, err = sc.HoldSession(t.Context(), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return c, cli, sc, leader, lost
+}
+
+// testFrozenStreams: a frozen follower (SIGSTOP) holds a watch; a session
+// with a 5 s TTL is open. The watch delivers the next change within 3 s,
+// nothing lost or repeated, and the session outlives the freeze.
+func testFrozenStreams(t *testing.T, h Harness) {
+	c, cli, sc, leader, lost := streamSetup(t, h, "frozen/key", "v0")
+	ctx := t.Context()
+	frozen := (leader + 1) % 3
 	events, err := sc.WatchFrom(ctx, frozen, "frozen/key")
 	if err != nil {
 		t.Fatal(err)
@@ -421,26 +431,8 @@ func testMaintenance(t *testing.T, h Harness) {
 // longer than the session's 5 s TTL. The session survives, writes resume
 // within 5 s of the new leader, and a watch on a follower delivers them.
 func testFrozenLeaderSession(t *testing.T, h Harness) {
-	c := h.NewCluster(t, 3)
-	cli := connect(t, h, c.Endpoints(), router.Hybrid)
-	sc, ok := cli.(StreamClient)
-	if !ok {
-		t.Skip("backend has no streams")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	old, err := c.Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitLeaderKnown(t, cli, c, old)
-	if err := cli.Put(ctx, "frozenleader/key", "before"); err != nil {
-		t.Fatal(err)
-	}
-	lost, err := sc.HoldSession(ctx, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, cli, sc, old, lost := streamSetup(t, h, "frozenleader/key", "before")
+	ctx := t.Context()
 	events, err := sc.WatchFrom(ctx, (old+1)%3, "frozenleader/key")
 	if err != nil {
 		t.Fatal(err)
