@@ -98,7 +98,10 @@ func run(t *testing.T, n int, op func(ctx context.Context, i int) error) {
 	}
 }
 
-func testHybridRouting(t *testing.T, h Harness) {
+// hybridSetup starts a 3-member cluster and a hybrid client, and waits
+// until the client knows the leader, whose index it returns.
+func hybridSetup(t *testing.T, h Harness) (Cluster, Client, int) {
+	t.Helper()
 	c := h.NewCluster(t, 3)
 	cli := connect(t, h, c.Endpoints(), router.Hybrid)
 	leader, err := c.Leader(context.Background())
@@ -106,6 +109,11 @@ func testHybridRouting(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	waitLeaderKnown(t, cli, c, leader)
+	return c, cli, leader
+}
+
+func testHybridRouting(t *testing.T, h Harness) {
+	c, cli, leader := hybridSetup(t, h)
 	before := servedAll(t, c)
 	run(t, 300, func(ctx context.Context, i int) error { return cli.Put(ctx, fmt.Sprintf("hybrid/%d", i), "v") })
 	run(t, 600, func(ctx context.Context, i int) error {

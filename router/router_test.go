@@ -127,6 +127,16 @@ func (tr testRouter) run(t *testing.T, n int, op Op, latency func(Member) time.D
 	return tr.runOutcome(t, n, op, func(m Member) (Outcome, time.Duration) { return OK, latency(m) })
 }
 
+// expectNoneEjected fails t if any member is out of the read pool.
+func (tr testRouter) expectNoneEjected(t *testing.T, why string) {
+	t.Helper()
+	for _, m := range tr.Stats().Members {
+		if m.Ejected {
+			t.Fatalf("%s ejected %s: %+v", m.Member.ID, why, m)
+		}
+	}
+}
+
 func flat(d time.Duration) func(Member) time.Duration { return func(Member) time.Duration { return d } }
 
 func slowMember(id string, slow, fast time.Duration) func(Member) time.Duration {
@@ -389,11 +399,7 @@ func TestNoEjectionWhenAllEquallySlow(t *testing.T) {
 	tr := newTestRouter(t, Config{})
 	tr.run(t, 300, LinearizableRead, flat(40*time.Millisecond))
 	tr.probeRound()
-	for _, m := range tr.Stats().Members {
-		if m.Ejected {
-			t.Fatalf("%s ejected although all members are equally slow", m.Member.ID)
-		}
-	}
+	tr.expectNoneEjected(t, "although all members are equally slow")
 }
 
 func TestNeverEjectMajority(t *testing.T) {

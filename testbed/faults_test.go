@@ -305,15 +305,7 @@ func TestEtcdResetClients(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	on := time.Now()
-	c.ResetClients(f, true)
-	expectReset(t, "idle connection open before", open, false)
-	if d := time.Since(on); d > 200*time.Millisecond {
-		t.Errorf("idle connection reset %v after the knob, want within 200ms", d)
-	} else {
-		t.Logf("idle connection reset within %v of turning the knob on", d)
-	}
-	expectNewReset(t, shaped)
+	resetClientsOn(t, c, f, shaped, open)
 	st, err := c.Status(ctx, f)
 	if err != nil || st.Leader == 0 {
 		t.Fatalf("direct endpoint of m%d: %v, leader %x; want it to serve and follow", f, err, st.GetLeader())
@@ -335,14 +327,11 @@ func TestEtcdResetClients(t *testing.T) {
 	t.Logf("client on the shaped endpoint served again %v after the knob went off", took)
 }
 
-// TestZKResetClients: as TestEtcdResetClients, on ZooKeeper.
-func TestZKResetClients(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
-	ctx := context.Background()
-	const f = 1
-	shaped := c.Endpoints()[f]
-	open := dialTCP(t, shaped)
-
+// resetClientsOn turns ResetClients on for member f and checks that the
+// connection open before is reset within 200 ms without writing, and that
+// a new connection to shaped is reset at once.
+func resetClientsOn(t *testing.T, c testbed.Faults, f int, shaped string, open net.Conn) {
+	t.Helper()
 	on := time.Now()
 	c.ResetClients(f, true)
 	expectReset(t, "idle connection open before", open, false)
@@ -352,6 +341,17 @@ func TestZKResetClients(t *testing.T) {
 		t.Logf("idle connection reset within %v of turning the knob on", d)
 	}
 	expectNewReset(t, shaped)
+}
+
+// TestZKResetClients: as TestEtcdResetClients, on ZooKeeper.
+func TestZKResetClients(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	ctx := context.Background()
+	const f = 1
+	shaped := c.Endpoints()[f]
+	open := dialTCP(t, shaped)
+
+	resetClientsOn(t, c, f, shaped, open)
 	if st, err := c.Srvr(ctx, f); err != nil || st.Mode != "follower" {
 		t.Fatalf("direct endpoint of z%d: %+v, %v; want it to serve as follower", f, st, err)
 	}

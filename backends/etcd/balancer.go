@@ -210,8 +210,12 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		return balancer.PickResult{SubConn: p.others[(p.next.Add(1)-1)%uint32(len(p.others))]}, nil
 	}
 	op := classify(ctx, info.FullMethodName)
+	// Streams are few and long: only they need the leader-bound lookup and
+	// the bookkeeping that lets the stream mover find them.
+	stream := op == router.Stream
+	toLeader := stream && LeaderBound(info.FullMethodName)
 	pctx := ctx
-	if LeaderBound(info.FullMethodName) && !router.HasOverride(ctx) {
+	if toLeader && !router.HasOverride(ctx) {
 		pctx = router.WithLeader(ctx)
 	}
 	pick, err := p.r.Pick(pctx, op)
@@ -231,19 +235,21 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		}
 		sc, _ = p.pool.Get(alt)
 	}
-	_, forced := router.ForcedMember(ctx)
-	picked(ctx, pick.Index, forced, LeaderBound(info.FullMethodName))
-	if info.FullMethodName == defragmentMethod {
-		// The member serves nothing while it defragments: planned, not a
-		// grey failure (router.Busy).
-		endBusy := p.r.Busy(pick.Index)
-		return balancer.PickResult{SubConn: sc, Done: func(di balancer.DoneInfo) {
-			pick.Done(outcomeOf(ctx, di))
-			endBusy()
-		}}, nil
+	var endBusy func()
+	if stream {
+		_, forced := router.ForcedMember(ctx)
+		picked(ctx, pick.Index, forced, toLeader)
+		if info.FullMethodName == defragmentMethod {
+			// The member serves nothing while it defragments: planned, not
+			// a grey failure (router.Busy).
+			endBusy = p.r.Busy(pick.Index)
+		}
 	}
 	return balancer.PickResult{SubConn: sc, Done: func(di balancer.DoneInfo) {
 		pick.Done(outcomeOf(ctx, di))
+		if endBusy != nil {
+			endBusy()
+		}
 	}}, nil
 }
 
