@@ -472,6 +472,13 @@ func (r *Router) Home() (idx int, ok bool) {
 	return s.leader, s.leader >= 0
 }
 
+// Leader returns the member writes are pinned to; ok is false while the
+// leader is unknown.
+func (r *Router) Leader() (idx int, ok bool) {
+	l := r.snap.Load().leader
+	return l, l >= 0
+}
+
 // Reachable reports whether member idx answers its probes and serves.
 func (r *Router) Reachable(idx int) bool {
 	return slices.Contains(r.snap.Load().reachable, idx)

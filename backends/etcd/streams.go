@@ -104,9 +104,12 @@ func (ss *streams) moveOff() {
 		switch {
 		case m < 0 || ts.forced.Load():
 		case ts.toLeader.Load():
-			// Its place is the leader's, whatever the probes say of it;
-			// a new stream would land there again.
-			if !r.Reachable(m) {
+			// Its place is the leader's, whatever the probes say of it. One
+			// that fell back to another member while the leader was unknown
+			// moves once it is known: a follower forwards keep-alives to
+			// the leader it last knew, and waits for a frozen one for
+			// etcd's request timeout (~7 s), longer than a short TTL.
+			if l, known := r.Leader(); !r.Reachable(m) || (known && l != m) {
 				cut = append(cut, ts)
 			}
 		case !r.Serves(m):
