@@ -293,27 +293,35 @@ func (c *Conn) onPrimaryEvent(ev zk.Event) {
 		// handle does; the application makes a new Conn.
 		c.expired.Store(true)
 	}
+	// The channel first: an event the callback has seen is on the channel.
+	c.sendEvent(ev)
 	if c.o.onEvent != nil {
 		c.o.onEvent(ev)
 	}
+}
+
+// sendEvent puts ev on the channel Connect returned, dropping it when the
+// channel is full, except StateExpired, for which the oldest event makes
+// room (a long outage fills the channel with connection attempts).
+func (c *Conn) sendEvent(ev zk.Event) {
 	c.eventsMu.Lock()
 	defer c.eventsMu.Unlock()
-	if c.events != nil {
+	if c.events == nil {
+		return
+	}
+	select {
+	case c.events <- ev:
+		return
+	default:
+	}
+	if ev.State == zk.StateExpired {
+		select {
+		case <-c.events:
+		default:
+		}
 		select {
 		case c.events <- ev:
 		default:
-			if ev.State == zk.StateExpired {
-				// Never lose this one to a full channel (a long outage fills
-				// it with connection attempts): the oldest event makes room.
-				select {
-				case <-c.events:
-				default:
-				}
-				select {
-				case c.events <- ev:
-				default:
-				}
-			}
 		}
 	}
 }
