@@ -80,7 +80,7 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 			continue
 		}
 		h.probeFailures = 0
-		h.lastProbe, h.probed = o.res, true
+		h.lastProbe, h.probed, h.forgotten = o.res, true, false
 		h.probe.Add(o.rtt)
 	}
 	for i := range r.health {
@@ -139,13 +139,19 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 	r.rounds.Add(1)
 }
 
-// electedLeader returns the reachable member that the highest-term probe
-// names as leader, or -1.
+// electedLeader returns the reachable member that the highest-term claim
+// names as leader, or -1. A member whose last probe failed, but not yet
+// UnreachableAfter in a row, keeps its last claim, below a fresh claim at
+// the same term: ZooKeeper's followers never name the leader, so one lost
+// probe of the leader (a GC pause, a lost SYN) would otherwise send writes
+// round robin and move sessions for a round. The claim lapses when another
+// member leads at a higher term, when the member becomes unreachable, or
+// when a write pinned to it failed since (forgetLeader).
 func (r *Router) electedLeader(reachable []int) int {
-	leader, term := -1, uint64(0)
+	leader, term, fresh := -1, uint64(0), false
 	for _, i := range reachable {
 		h := &r.health[i]
-		if !h.probed || h.probeFailures > 0 {
+		if !h.probed || (h.probeFailures > 0 && h.forgotten) {
 			continue
 		}
 		res := h.lastProbe
@@ -153,11 +159,12 @@ func (r *Router) electedLeader(reachable []int) int {
 		switch {
 		case res.IsLeader:
 			cand = i
-		case res.LeaderID != "":
+		case res.LeaderID != "" && h.probeFailures == 0:
 			cand = r.byServerID(res.LeaderID, reachable)
 		}
-		if cand >= 0 && (leader < 0 || res.Term > term) {
-			leader, term = cand, res.Term
+		isFresh := h.probeFailures == 0
+		if cand >= 0 && (leader < 0 || res.Term > term || (res.Term == term && isFresh && !fresh)) {
+			leader, term, fresh = cand, res.Term, isFresh
 		}
 	}
 	return leader

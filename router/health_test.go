@@ -2,6 +2,9 @@ package router
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -503,5 +506,75 @@ func TestLatencyJudgedAgainstTheOthers(t *testing.T) {
 	tr.probeRound()
 	if m := tr.Stats().Members[2]; !m.Ejected {
 		t.Fatalf("m2 at 30 ms against m0's 1 ms not ejected: %+v", m)
+	}
+}
+
+// zkProbes answers probes as ZooKeeper's srvr does: the leader says so
+// with its epoch, followers name nobody; members in down fail their probe.
+type zkProbes struct {
+	mu     sync.Mutex
+	leader string
+	epoch  uint64
+	down   []string
+}
+
+func (z *zkProbes) set(leader string, epoch uint64, down ...string) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	z.leader, z.epoch, z.down = leader, epoch, down
+}
+
+func (z *zkProbes) Probe(_ context.Context, m Member) (ProbeResult, error) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if slices.Contains(z.down, m.ID) {
+		return ProbeResult{}, errors.New("i/o timeout")
+	}
+	return ProbeResult{IsLeader: m.ID == z.leader, Term: z.epoch}, nil
+}
+
+func TestOneFailedProbeKeepsTheLeader(t *testing.T) {
+	// Three failures make a member unreachable here, so that the write
+	// failure's own re-probe (in the background) cannot be what clears it.
+	tr := newTestRouter(t, Config{UnreachableAfter: 3})
+	zk := &zkProbes{}
+	tr.cfg.Prober = zk
+	zk.set("m0", 3)
+	tr.probeRound()
+	zk.set("m0", 3, "m0") // one lost probe of the leader
+	tr.probeRound()
+	if st := tr.Stats(); st.Leader != "m0" || st.Fallbacks != 0 {
+		t.Fatalf("one failed probe cleared the leader: %+v", st)
+	}
+	if w := tr.run(t, 30, Write, flat(time.Millisecond)); w["m0"] != 30 {
+		t.Fatalf("writes after one failed probe = %v, want all at m0", w)
+	}
+	tr.probeRound()
+	if st := tr.Stats(); st.Leader != "m0" {
+		t.Fatalf("two failed probes of 3 cleared the leader: %+v", st)
+	}
+	tr.probeRound() // UnreachableAfter in a row
+	if st := tr.Stats(); st.Leader != "" {
+		t.Fatalf("leader %q kept after %d failed probes", st.Leader, tr.cfg.UnreachableAfter)
+	}
+
+	// A newer epoch takes over at once, whatever the old leader's probes say.
+	zk.set("m0", 3)
+	tr.probeRound()
+	zk.set("m1", 4, "m0")
+	tr.probeRound()
+	if st := tr.Stats(); st.Leader != "m1" {
+		t.Fatalf("leader = %q, want m1 at the newer epoch", st.Leader)
+	}
+
+	// A write pinned to the leader that failed outranks its last claim.
+	zk.set("m1", 4)
+	tr.probeRound()
+	zk.set("m1", 4, "m1")
+	p, _ := tr.Pick(context.Background(), Write)
+	p.Done(MemberFault)
+	tr.probeRound()
+	if st := tr.Stats(); st.Leader != "" {
+		t.Fatalf("leader %q kept after a failed write and a failed probe", st.Leader)
 	}
 }

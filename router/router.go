@@ -81,6 +81,10 @@ type memberHealth struct {
 	probeFailures int
 	lastProbe     ProbeResult
 	probed        bool
+	// forgotten: a write pinned to this member as leader failed since its
+	// last good probe, so its last claim to lead is not carried over a
+	// failed probe (electedLeader).
+	forgotten bool
 	window        failureWindow
 	ejected       bool      // ejected on reads' evidence; survives a spell on the bench
 	ejectWhy      string    // why it was ejected
@@ -633,6 +637,7 @@ func (r *Router) forgetLeader(idx int) {
 		return
 	}
 	r.forgets.Add(1)
+	r.health[idx].forgotten = true
 	r.snap.Store(r.buildSnapshot(-1, s.reachable, r.ejectedLocked(), s.benched, s.sticky))
 	r.mu.Unlock()
 	r.Refresh()
