@@ -84,15 +84,15 @@ type memberHealth struct {
 	// forgotten: a write pinned to this member as leader failed since its
 	// last good probe, so its last claim to lead is not carried over a
 	// failed probe (electedLeader).
-	forgotten bool
-	window        failureWindow
-	ejected       bool      // ejected on reads' evidence; survives a spell on the bench
-	ejectWhy      string    // why it was ejected
-	benchWhy      string    // why its probes bench it, "" when they do not
-	ejectUntil    time.Time // the least end of the current ejection
-	ejections     int       // ejections not yet forgiven: the backoff's exponent
-	totalEjected  uint64
-	admittedAt    time.Time // last readmission
+	forgotten    bool
+	window       failureWindow
+	ejected      bool      // ejected on reads' evidence; survives a spell on the bench
+	ejectWhy     string    // why it was ejected
+	benchWhy     string    // why its probes bench it, "" when they do not
+	ejectUntil   time.Time // the least end of the current ejection
+	ejections    int       // ejections not yet forgiven: the backoff's exponent
+	totalEjected uint64
+	admittedAt   time.Time // last readmission
 
 	_ [64]byte // keep neighbours' hot counters off this cache line
 }
