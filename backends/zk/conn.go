@@ -249,19 +249,37 @@ func (c *Conn) probe(ctx context.Context, m router.Member) (router.ProbeResult, 
 	if err != nil {
 		return router.ProbeResult{}, err
 	}
+	return probeResult(st), nil
+}
+
+// probeResult maps a server's srvr answer to what the router needs.
+//
+// A leader names itself with its epoch: its zxid carries the epoch from
+// the moment it leads, so of two servers that both claim to lead (one was
+// deposed while frozen and has not noticed) the one at the older epoch is
+// told apart and leaves the read pool.
+//
+// Followers give no epoch: a follower's srvr zxid is the last transaction
+// it applied, which stays in the old epoch after an election until the new
+// leader's first write, with nothing wrong. Their zxid is their applied
+// index instead, and the leader's is the committed index once the leader
+// has committed in its epoch (low 32 bits > 0; before that, a caught-up
+// follower's zxid is unknown). A follower more than Config.MaxLag
+// transactions behind, or still in an older epoch after the leader's first
+// commit (a difference of 2³² or more), leaves the read pool.
+func probeResult(st zk4lw.Srvr) router.ProbeResult {
+	zxid := uint64(st.Zxid)
 	switch st.Mode {
 	case "leader", "standalone":
-		// A leader's zxid carries its epoch from the moment it leads: two
-		// servers that both claim to lead are told apart by it (the one at
-		// the older epoch was deposed and has not noticed).
-		return router.ProbeResult{IsLeader: true, Term: st.Epoch()}, nil
+		res := router.ProbeResult{IsLeader: true, Term: st.Epoch()}
+		if zxid&0xffffffff > 0 {
+			res.Committed = zxid
+		}
+		return res
 	case "follower", "observer":
-		// No term: a follower's srvr shows the zxid of the last transaction
-		// it processed, which stays in the old epoch after an election
-		// until the new leader's first write — no sign of being behind.
-		return router.ProbeResult{}, nil
+		return router.ProbeResult{Applied: zxid}
 	default: // read-only and anything new: answers, but not a full member
-		return router.ProbeResult{NotServing: true}, nil
+		return router.ProbeResult{NotServing: true}
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	ozk "github.com/oproute/oproute/backends/zk"
+	"github.com/oproute/oproute/conformance"
+	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/testbed"
 )
 
@@ -67,4 +69,42 @@ func sub(a, b []uint64) []uint64 {
 		d[i] = a[i] - b[i]
 	}
 	return d
+}
+
+// A follower cut off from its peers keeps answering srvr as a follower
+// until syncLimit × tickTime (10 s here) passes, while the others commit
+// without it: once its zxid is MaxLag behind the leader's, it leaves the
+// read pool, before it stops serving.
+func TestLaggingFollowerLeavesThePool(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lagging := (leader + 1) % c.Size()
+	const maxLag = 100
+	conn, _ := connect(t, c, ozk.WithRouterConfig(func(cfg *router.Config) { cfg.MaxLag = maxLag }))
+	if _, err := conn.CreateContext(ctx, "/lag", nil, 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	c.Partition(lagging, true)
+	defer c.Partition(lagging, false)
+	cut := time.Now()
+	for n := range 2 * maxLag {
+		if _, err := conn.SetContext(ctx, "/lag", []byte{byte(n)}, -1); err != nil {
+			t.Fatalf("write %d: %v", n, err)
+		}
+	}
+	wrote := time.Since(cut)
+	conformance.Poll(t, 2*time.Second, "the lagging follower leaves the pool", func() bool {
+		return conn.Stats().Members[lagging].OutReason != ""
+	})
+	m := conn.Stats().Members[lagging]
+	st, _ := c.Srvr(ctx, lagging)
+	t.Logf("z%d out %v after the partition (writes took %v): %q; its srvr: %s", lagging, time.Since(cut), wrote, m.OutReason, st.Mode)
+	if m.OutReason != "apply_lag" {
+		t.Errorf("z%d out for %q, want apply_lag", lagging, m.OutReason)
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/oproute/oproute/internal/zk4lw"
 	"github.com/oproute/oproute/router"
 )
 
@@ -60,5 +61,26 @@ func TestOutcomeOf(t *testing.T) {
 				t.Fatalf("outcomeOf(%v) = %v, want %v", tc.err, got, tc.want)
 			}
 		})
+	}
+}
+
+func TestProbeResult(t *testing.T) {
+	const epoch = 7 << 32
+	for _, tc := range []struct {
+		srvr zk4lw.Srvr
+		want router.ProbeResult
+	}{
+		{zk4lw.Srvr{Mode: "leader", Zxid: epoch | 42}, router.ProbeResult{IsLeader: true, Term: 7, Committed: epoch | 42}},
+		// A new leader before its first commit: a caught-up follower is
+		// still at the old epoch, so nothing is known to be committed.
+		{zk4lw.Srvr{Mode: "leader", Zxid: epoch}, router.ProbeResult{IsLeader: true, Term: 7}},
+		{zk4lw.Srvr{Mode: "standalone", Zxid: epoch | 1}, router.ProbeResult{IsLeader: true, Term: 7, Committed: epoch | 1}},
+		{zk4lw.Srvr{Mode: "follower", Zxid: 6<<32 | 900}, router.ProbeResult{Applied: 6<<32 | 900}},
+		{zk4lw.Srvr{Mode: "observer", Zxid: epoch | 40}, router.ProbeResult{Applied: epoch | 40}},
+		{zk4lw.Srvr{Mode: "read-only"}, router.ProbeResult{NotServing: true}},
+	} {
+		if got := probeResult(tc.srvr); got != tc.want {
+			t.Errorf("%+v: got %+v, want %+v", tc.srvr, got, tc.want)
+		}
 	}
 }
