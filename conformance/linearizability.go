@@ -3,7 +3,6 @@ package conformance
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -90,13 +89,7 @@ func testLinearizable(t *testing.T, h Harness, fault func(t *testing.T, c Cluste
 		clis = append(clis, cli)
 	}
 
-	start := time.Now()
-	since := func() int64 { return int64(time.Since(start)) }
-	var (
-		mu      sync.Mutex
-		history []porcupine.Operation
-		failed  int
-	)
+	hist := NewHistory()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range clients * workersPerClient {
@@ -109,62 +102,33 @@ func testLinearizable(t *testing.T, h Harness, fault func(t *testing.T, c Cluste
 					return
 				default:
 				}
-				in := linInput{key: fmt.Sprintf("lin/k%d", rng.IntN(keys)), put: rng.IntN(2) == 0}
+				key := fmt.Sprintf("lin/k%d", rng.IntN(keys))
 				octx, cancel := context.WithTimeout(ctx, opTimeout)
-				op := porcupine.Operation{ClientId: w, Input: in, Call: since()}
-				var err error
-				if in.put {
-					in.value = fmt.Sprintf("w%d-%d", w, n)
-					op.Input = in
-					err = cli.Put(octx, in.key, in.value)
-					op.Return = since()
-					if err != nil {
-						op.Return = math.MaxInt64
-					}
+				call := hist.Now()
+				if rng.IntN(2) == 0 {
+					value := fmt.Sprintf("w%d-%d", w, n)
+					hist.Put(w, key, value, call, cli.Put(octx, key, value))
 				} else {
-					v, found, gerr := cli.Get(octx, in.key)
-					op.Output, op.Return, err = linOutput{v, found}, since(), gerr
+					v, found, err := cli.Get(octx, key)
+					hist.Get(w, key, v, found, call, err)
 				}
 				cancel()
-				mu.Lock()
-				if err != nil {
-					failed++
-				}
-				if err == nil || in.put {
-					history = append(history, op)
-				}
-				mu.Unlock()
 			}
 		})
 	}
-	Poll(t, 10*time.Second, "history under way", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(history) > 200
-	})
+	Poll(t, 10*time.Second, "history under way", func() bool { return hist.Len() > 200 })
 	fault(t, c, leader)
-	mu.Lock()
-	at := len(history)
-	mu.Unlock()
-	Poll(t, 20*time.Second, "history after the fault", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(history) > at+300
-	})
+	at := hist.Len()
+	Poll(t, 20*time.Second, "history after the fault", func() bool { return hist.Len() > at+300 })
 	close(stop)
 	wg.Wait()
 
-	res, info := porcupine.CheckOperationsVerbose(registerModel, history, time.Minute)
-	t.Logf("%d operations (%d failed) from %d workers on %d clients: %s", len(history), failed, clients*workersPerClient, clients, res)
+	res, longest := hist.Check(time.Minute)
+	t.Logf("%d operations (%d failed) from %d workers on %d clients: %s", hist.Len(), hist.Failed(), clients*workersPerClient, clients, res)
 	switch res {
 	case porcupine.Ok:
 	case porcupine.Illegal:
-		for _, part := range info.PartialLinearizationsOperations() {
-			if len(part) > 0 {
-				t.Logf("longest partial linearization of one key: %d ops", len(part[0]))
-			}
-		}
-		t.Fatal("history is not linearizable")
+		t.Fatalf("history is not linearizable (longest partial linearization of one key: %d ops)", longest)
 	default:
 		t.Fatal("linearizability check did not finish within a minute")
 	}
