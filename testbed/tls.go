@@ -16,10 +16,16 @@ import (
 	"time"
 )
 
-// tlsFiles is a throw-away CA and a server certificate for 127.0.0.1.
+// tlsFiles is a throw-away CA and a server certificate for 127.0.0.1,
+// also good as a client certificate (for servers that ask for one), as
+// separate PEM files (etcd) and as PEM key and trust stores (ZooKeeper's
+// ssl.keyStore.type=PEM: the key in PKCS #8 with the certificate, and the
+// CA).
 type tlsFiles struct {
-	cert, key string
-	pool      *x509.CertPool
+	cert, key            string
+	keyStore, trustStore string
+	pool                 *x509.CertPool
+	pair                 tls.Certificate
 }
 
 func makeTLS(dir string) (*tlsFiles, error) {
@@ -64,12 +70,29 @@ func makeTLS(dir string) (*tlsFiles, error) {
 	if err != nil {
 		return nil, fmt.Errorf("testbed: tls: %w", err)
 	}
-	f := &tlsFiles{cert: filepath.Join(dir, "server.crt"), key: filepath.Join(dir, "server.key"), pool: x509.NewCertPool()}
-	f.pool.AddCert(ca)
-	if err := os.WriteFile(f.cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
 		return nil, fmt.Errorf("testbed: tls: %w", err)
 	}
-	if err := os.WriteFile(f.key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	f := &tlsFiles{cert: filepath.Join(dir, "server.crt"), key: filepath.Join(dir, "server.key"),
+		keyStore: filepath.Join(dir, "keystore.pem"), trustStore: filepath.Join(dir, "truststore.pem"), pool: x509.NewCertPool()}
+	f.pool.AddCert(ca)
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	for _, file := range []struct {
+		path string
+		data []byte
+	}{
+		{f.cert, certPEM},
+		{f.key, keyPEM},
+		{f.keyStore, append(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}), certPEM...)},
+		{f.trustStore, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})},
+	} {
+		if err := os.WriteFile(file.path, file.data, 0o600); err != nil {
+			return nil, fmt.Errorf("testbed: tls: %w", err)
+		}
+	}
+	if f.pair, err = tls.X509KeyPair(certPEM, keyPEM); err != nil {
 		return nil, fmt.Errorf("testbed: tls: %w", err)
 	}
 	return f, nil
@@ -81,5 +104,21 @@ func (c *EtcdCluster) ClientTLS() *tls.Config {
 	if c.tls == nil {
 		return nil
 	}
-	return &tls.Config{RootCAs: c.tls.pool, MinVersion: tls.VersionTLS12}
+	return c.tls.clientConfig()
+}
+
+// clientConfig trusts the CA and presents the certificate to servers that
+// ask for a client's.
+func (f *tlsFiles) clientConfig() *tls.Config {
+	return &tls.Config{RootCAs: f.pool, Certificates: []tls.Certificate{f.pair}, MinVersion: tls.VersionTLS12}
+}
+
+// ClientTLS returns a TLS configuration that trusts the ensemble's CA and
+// presents a client certificate, nil when the ensemble was started without
+// ZKOptions.ClientTLS.
+func (c *ZKCluster) ClientTLS() *tls.Config {
+	if c.tls == nil {
+		return nil
+	}
+	return c.tls.clientConfig()
 }

@@ -22,6 +22,12 @@ import (
 // (its manifest names the other jars it needs) and the logging it runs with.
 const ZooKeeperClassPath = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar"
 
+// ZooKeeperNettyClassPath is what a server with TLS (NettyServerCnxnFactory)
+// needs besides the Netty jars zookeeper.jar's manifest names: Debian's
+// libnetty-java, a dependency of its zookeeper package, has them.
+const ZooKeeperNettyClassPath = "/usr/share/java/netty-codec.jar:/usr/share/java/netty-resolver.jar:" +
+	"/usr/share/java/netty-transport-native-unix-common.jar"
+
 // ErrNoZooKeeper: the ZooKeeper server jars are not installed.
 var ErrNoZooKeeper = errors.New("testbed: ZooKeeper not installed (apt-get install -y --no-install-recommends zookeeper)")
 
@@ -41,8 +47,21 @@ type ZKOptions struct {
 	TickTime time.Duration
 	// HeapMB is each JVM's maximum heap. Default 192.
 	HeapMB int
-	// ClassPath overrides ZooKeeperClassPath.
+	// MaxClientCnxns is ZooKeeper's maxClientCnxns: how many connections
+	// one client address may hold to a server at once (every client of the
+	// test bed, through its proxies, is 127.0.0.1). Default 0, unlimited;
+	// ZooKeeper's own default is 60.
+	MaxClientCnxns int
+	// ClassPath overrides ZooKeeperClassPath (and, with ClientTLS,
+	// ZooKeeperNettyClassPath).
 	ClassPath string
+	// ClientTLS serves clients over TLS (secureClientPort, Netty, PEM stores
+	// from a throw-away CA; servers ask for a client certificate, as
+	// ZooKeeper does by default): Endpoints lead to the secure port, and
+	// ClientTLS() returns a configuration that trusts the CA and presents a
+	// client certificate. The plain client port stays, for the test bed's own
+	// four-letter commands (DirectEndpoints).
+	ClientTLS bool
 }
 
 // ZKCluster is a ZooKeeper ensemble of real QuorumPeerMain JVMs on
@@ -52,6 +71,7 @@ type ZKOptions struct {
 // proxy of that one link, so each pair of servers gets its own delay.
 type ZKCluster struct {
 	topo   Topology
+	tls    *tlsFiles
 	dir    string
 	ownDir bool
 	bin    string
@@ -77,6 +97,7 @@ type ZKServer struct {
 	server // the JVM (PID, pause, kill) and its proxies' host
 
 	clientPort, quorumPort, electionPort int // the JVM's own
+	securePort                           int // the JVM's TLS client port (ClientTLS)
 	proxyClientPort                      int
 	proxySpec                            zkProxySpec
 }
@@ -105,6 +126,9 @@ func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
 	}
 	if opts.ClassPath == "" {
 		opts.ClassPath = ZooKeeperClassPath
+		if opts.ClientTLS {
+			opts.ClassPath += ":" + ZooKeeperNettyClassPath
+		}
 	}
 	for _, jar := range strings.Split(opts.ClassPath, ":") {
 		if _, err := os.Stat(jar); err != nil {
@@ -132,12 +156,18 @@ func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
 	if c.bin, err = memberBinary(ctx, c.dir); err != nil {
 		return nil, err
 	}
+	if opts.ClientTLS {
+		if c.tls, err = makeTLS(c.dir); err != nil {
+			return nil, err
+		}
+	}
 
-	// Ports: each server's own three, its proxied client port, and for
-	// every other server a proxied quorum and election port.
+	// Ports: each server's own three, its proxied client port, its TLS
+	// client port, and for every other server a proxied quorum and election
+	// port.
 	peerProxy := make([][][2]int, n) // [to][from] → quorum, election proxy ports
 	// All ports at once: ports released between picks can be picked again.
-	per := 4 + 2*(n-1)
+	per := 5 + 2*(n-1)
 	allPorts, err := freePorts(n * per)
 	if err != nil {
 		return nil, err
@@ -145,10 +175,10 @@ func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
 	for i, zone := range c.topo.Zones {
 		ports := allPorts[i*per : (i+1)*per]
 		s := &ZKServer{Index: i, Name: fmt.Sprintf("z%d", i), Zone: zone, SID: n - i,
-			clientPort: ports[0], quorumPort: ports[1], electionPort: ports[2], proxyClientPort: ports[3]}
+			clientPort: ports[0], quorumPort: ports[1], electionPort: ports[2], proxyClientPort: ports[3], securePort: ports[4]}
 		s.server.name = s.Name
 		peerProxy[i] = make([][2]int, n)
-		k := 4
+		k := 5
 		for from := range n {
 			if from != i {
 				peerProxy[i][from] = [2]int{ports[k], ports[k+1]}
@@ -159,7 +189,11 @@ func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
 		c.nodes = append(c.nodes, &s.server)
 	}
 	for i, s := range c.servers {
-		links := []zkLink{{Listen: s.proxyClientPort, Target: addr(s.clientPort), From: -1}}
+		clientTarget := s.clientPort
+		if c.tls != nil {
+			clientTarget = s.securePort
+		}
+		links := []zkLink{{Listen: s.proxyClientPort, Target: addr(clientTarget), From: -1}}
 		for from := range n {
 			if from != i {
 				links = append(links,
@@ -213,8 +247,16 @@ func (c *ZKCluster) writeConfig(s *ZKServer, peerProxy [][][2]int) error {
 	fmt.Fprintf(&b, "dataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n", filepath.Join(dir, "data"), s.clientPort)
 	// No fsync, as the etcd members run: the test bed measures routing,
 	// not disks. No admin server (Jetty on 8080 would clash between servers).
-	b.WriteString("forceSync=no\nadmin.enableServer=false\nmaxClientCnxns=0\n")
+	b.WriteString("forceSync=no\nadmin.enableServer=false\n")
+	fmt.Fprintf(&b, "maxClientCnxns=%d\n", c.opts.MaxClientCnxns)
 	b.WriteString("4lw.commands.whitelist=srvr,stat,ruok,mntr,conf,cons\n")
+	if c.tls != nil {
+		// Netty serves both ports; the stores are PEM files.
+		fmt.Fprintf(&b, "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n"+
+			"secureClientPort=%d\nsecureClientPortAddress=127.0.0.1\n"+
+			"ssl.keyStore.location=%s\nssl.keyStore.type=PEM\nssl.trustStore.location=%s\nssl.trustStore.type=PEM\n",
+			s.securePort, c.tls.keyStore, c.tls.trustStore)
+	}
 	for _, o := range c.servers {
 		q, e := o.quorumPort, o.electionPort
 		if o.Index != s.Index {
