@@ -28,7 +28,8 @@ type Config struct {
 	// Policy is one of Policies(). Default is Hybrid.
 	Policy string
 
-	// ProbeInterval is how often every member is probed. Default is 250 ms.
+	// ProbeInterval is how often every member is probed. Default is
+	// DefaultProbeInterval.
 	ProbeInterval time.Duration
 	// ProbeTimeout bounds one probe. Default is 500 ms.
 	ProbeTimeout time.Duration
@@ -126,12 +127,15 @@ type Config struct {
 	OnRefresh func()
 }
 
+// DefaultProbeInterval is Config.ProbeInterval's default.
+const DefaultProbeInterval = 250 * time.Millisecond
+
 func (c *Config) setDefaults() {
 	if c.Policy == "" {
 		c.Policy = Hybrid
 	}
 	if c.ProbeInterval == 0 {
-		c.ProbeInterval = 250 * time.Millisecond
+		c.ProbeInterval = DefaultProbeInterval
 	}
 	if c.ProbeTimeout == 0 {
 		c.ProbeTimeout = 500 * time.Millisecond

@@ -50,7 +50,11 @@ func (r *Router) refresh(ctx context.Context) {
 				epoch := r.health[i].busyEpoch.Load()
 				start := r.cfg.Clock.Now()
 				res, err := r.cfg.Prober.Probe(pctx, m)
-				outcomes[i] = probeOutcome{res: res, rtt: r.cfg.Clock.Now().Sub(start), err: err, busyEpoch: epoch}
+				rtt := r.cfg.Clock.Now().Sub(start)
+				if res.RTT > 0 {
+					rtt = res.RTT
+				}
+				outcomes[i] = probeOutcome{res: res, rtt: rtt, err: err, busyEpoch: epoch}
 			})
 		}
 		wg.Wait()

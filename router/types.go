@@ -14,7 +14,13 @@ const (
 	// Write is committed, or served, by the leader: a follower would forward it.
 	Write Op = iota
 	// LinearizableRead needs the leader to confirm its commit index (etcd
-	// ReadIndex, ZooKeeper sync), after which any member serves it.
+	// ReadIndex, ZooKeeper sync), after which any member serves it. On etcd
+	// the confirmation is a quorum round (ReadIndex). On ZooKeeper, sync is
+	// answered by the leader from its own state, not by a quorum
+	// (ZOOKEEPER-1675): sync+read is linearizable while leadership is
+	// stable, and a leader deposed while frozen can answer stale for a
+	// moment after it resumes. The ZooKeeper backend's WithQuorumReads puts
+	// a quorum operation in place of the sync.
 	LinearizableRead
 	// StaleRead is served from a member's local state with no coordination
 	// (etcd serializable Range, ZooKeeper plain get).
@@ -120,6 +126,11 @@ type ProbeResult struct {
 	// applied far less than the leader has committed (Config.MaxLag) serves
 	// linearizable reads only after catching up, so it leaves the read pool.
 	Committed, Applied uint64
+	// RTT, when set, is the probe's round trip as the prober measured it,
+	// which the router takes instead of timing Probe itself: a prober that
+	// answers from a probe shared with other clients of the same server
+	// returns that probe's result and round trip.
+	RTT time.Duration
 }
 
 // Prober asks one member who the leader is. It must honour ctx's deadline;
