@@ -1,7 +1,9 @@
 package zk
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log"
@@ -13,7 +15,6 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/oproute/oproute/internal/zk4lw"
 	"github.com/oproute/oproute/router"
 )
 
@@ -39,8 +40,12 @@ var (
 type options struct {
 	policy         string
 	stale          bool
+	quorum         bool
 	connectTimeout time.Duration
 	dialer         zk.Dialer
+	customDialer   bool   // WithDialer: probes shared with nobody
+	dialerKey      string // names a dialer probes may be shared over
+	err            error  // a nonsense option, reported by Connect
 	logger         zk.Logger
 	onEvent        zk.EventCallback
 	zones          map[string]string
@@ -62,13 +67,55 @@ func WithPolicy(name string) Option { return func(o *options) { o.policy = name 
 // read-your-writes across servers). The default is linearizable reads.
 func WithStaleReads() Option { return func(o *options) { o.stale = true } }
 
+// WithQuorumReads makes linearizable reads strict: before the read, the
+// session sends a quorum operation instead of Sync — a Multi holding only a
+// version check of "/" at any version, which changes no data but is
+// proposed and committed through the leader like any write — so the read
+// is ordered after a commit of the current leader's quorum. ZooKeeper's Sync
+// is answered by the leader from its own state: a leader deposed while it
+// was frozen (SIGSTOP, a long GC pause) still believes it leads for a moment
+// after it resumes, and a Sync answered by it can be followed by a read of
+// state its successor has already overwritten (ZOOKEEPER-1675). A strict
+// read costs a write: a quorum round trip and, on servers that sync their
+// log (ZooKeeper's default), a disk flush; every strict read adds a
+// transaction to the log. It cannot be combined with WithStaleReads.
+func WithQuorumReads() Option { return func(o *options) { o.quorum = true } }
+
 // WithConnectTimeout bounds how long Connect waits for a server to answer
 // (and for the leader to be known). Default: the session timeout.
 func WithConnectTimeout(d time.Duration) Option { return func(o *options) { o.connectTimeout = d } }
 
 // WithDialer sets the dialer for sessions and probes (go-zookeeper's
-// zk.WithDialer).
-func WithDialer(d zk.Dialer) Option { return func(o *options) { o.dialer = d } }
+// zk.WithDialer). The Conn's probes are then its own, not shared with the
+// process's other Conns (see the package doc, Resources).
+func WithDialer(d zk.Dialer) Option {
+	return func(o *options) { o.dialer, o.customDialer, o.dialerKey = d, true, "" }
+}
+
+// WithTLS connects sessions and probes over TLS with cfg, to servers'
+// secureClientPort (which needs ZooKeeper's Netty connection factory). The
+// server name checked is each server's host unless cfg.ServerName is set.
+// Conns given the same *tls.Config share their probes.
+func WithTLS(cfg *tls.Config) Option {
+	return func(o *options) {
+		if cfg == nil {
+			o.err = fmt.Errorf("%w: WithTLS(nil)", router.ErrInvalidConfig)
+			return
+		}
+		o.dialer, o.customDialer, o.dialerKey = tlsDialer(cfg), false, fmt.Sprintf("tls %p", cfg)
+	}
+}
+
+func tlsDialer(cfg *tls.Config) zk.Dialer {
+	return func(network, addr string, timeout time.Duration) (net.Conn, error) {
+		c := cfg
+		if host, _, err := net.SplitHostPort(addr); err == nil && cfg.ServerName == "" {
+			c = cfg.Clone()
+			c.ServerName = host
+		}
+		return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, network, addr, c)
+	}
+}
 
 // WithLogger sets go-zookeeper's logger. Default: the standard logger.
 func WithLogger(l zk.Logger) Option { return func(o *options) { o.logger = l } }
@@ -116,16 +163,36 @@ type Conn struct {
 	memMu   sync.Mutex
 	mem     []*session // per member, created on first use
 
-	credsMu sync.Mutex
-	creds   []authCred
+	authMu    sync.Mutex // serialises AddAuth
+	credsMu   sync.Mutex
+	creds     []authCred
+	credCount atomic.Int32 // len(creds)
 
-	events    chan zk.Event
-	eventsMu  sync.Mutex // guards sending on events against its close
-	expired   atomic.Bool
-	started   atomic.Bool // primary is set; the router's hook may run
-	closed    atomic.Bool
-	done      chan struct{}
-	closeOnce sync.Once
+	// The WithEventCallback callback runs on a goroutine of its own, fed
+	// from cbQueue in order: go-zookeeper runs its callback on the event
+	// loop that its Close waits for, so a callback that called Close (on
+	// StateExpired, to start again) deadlocked.
+	cbMu       sync.Mutex
+	cbQueue    []zk.Event
+	cbWake     chan struct{} // capacity 1
+	cbStop     chan struct{} // closed by Close once no event can come
+	cbDone     chan struct{} // closed when the callback goroutine ends
+	inCallback atomic.Bool
+
+	events   chan zk.Event
+	eventsMu sync.Mutex // guards sending on events against its close
+	expired  atomic.Bool
+	started  atomic.Bool // primary is set; the router's hook may run
+	closed   atomic.Bool
+	done     chan struct{}
+	ctx      context.Context // ends at Close: bounds background moves
+	cancel   context.CancelFunc
+	bg       sync.WaitGroup // background moves, waited for by Close
+
+	probeKeys    []probeKey    // per server
+	probeEntries []*probeEntry // shared with the process's other Conns
+	probeMaxAge  time.Duration
+	closeOnce    sync.Once
 }
 
 type authCred struct {
@@ -156,11 +223,17 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if o.err != nil {
+		return nil, nil, o.err
+	}
 	if len(servers) == 0 {
 		return nil, nil, ErrNoServers
 	}
 	if sessionTimeout <= 0 {
 		return nil, nil, fmt.Errorf("%w: session timeout %v", router.ErrInvalidConfig, sessionTimeout)
+	}
+	if o.stale && o.quorum {
+		return nil, nil, fmt.Errorf("%w: WithStaleReads and WithQuorumReads together", router.ErrInvalidConfig)
 	}
 	if o.connectTimeout < 0 {
 		return nil, nil, fmt.Errorf("%w: connect timeout %v", router.ErrInvalidConfig, o.connectTimeout)
@@ -173,6 +246,13 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	}
 	c := &Conn{sessionTimeout: sessionTimeout, o: o, byAddr: map[string]int{},
 		events: make(chan zk.Event, eventBuffer), done: make(chan struct{})}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.cbWake, c.cbStop, c.cbDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	if o.onEvent != nil {
+		go c.dispatchCallbacks()
+	} else {
+		close(c.cbDone)
+	}
 	for i, srv := range servers {
 		addr, err := hostPort(srv)
 		if err != nil {
@@ -190,24 +270,37 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	if o.tune != nil {
 		o.tune(&rcfg)
 	}
+	c.probeMaxAge = cmp.Or(rcfg.ProbeInterval, router.DefaultProbeInterval) / 2
+	c.probeKeys = c.probeKeysFor()
+	for _, k := range c.probeKeys {
+		c.probeEntries = append(c.probeEntries, acquireProbe(k))
+	}
 	rcfg.Members, rcfg.Prober, rcfg.OnRefresh = c.members, router.ProberFunc(c.probe), c.rebalance
 	r, err := router.New(rcfg)
 	if err != nil {
+		c.stopCallbacks()
 		return nil, nil, fmt.Errorf("oproute/zk: %w", err)
 	}
 	c.r = r
+	deadline := time.Now().Add(o.connectTimeout)
 	if err := r.WaitProbed(o.connectTimeout); err != nil {
 		r.Close()
+		c.stopCallbacks()
 		return nil, nil, fmt.Errorf("%w within %v: %v", ErrUnreachable, o.connectTimeout, c.addrs)
 	}
 	if c.primary, err = c.newSession("primary", -1, c.onPrimaryEvent); err != nil {
 		r.Close()
+		c.stopCallbacks()
 		return nil, nil, fmt.Errorf("oproute/zk: %w", err)
 	}
 	c.started.Store(true)
-	// As etcd's DialTimeout does: the first call finds a session in place.
-	deadline := time.Now().Add(o.connectTimeout)
-	for c.primary.zk.State() != zk.StateHasSession && time.Now().Before(deadline) {
+	// As etcd's DialTimeout does: the first call finds a session in place,
+	// or Connect fails.
+	for c.primary.zk.State() != zk.StateHasSession {
+		if time.Now().After(deadline) {
+			c.Close()
+			return nil, nil, fmt.Errorf("%w: no session within %v: %v", ErrUnreachable, o.connectTimeout, c.addrs)
+		}
 		time.Sleep(time.Millisecond)
 	}
 	return c, c.events, nil
@@ -225,62 +318,6 @@ func hostPort(srv string) (string, error) {
 		return srv + ":2181", nil
 	}
 	return srv, nil
-}
-
-// probe asks a server for its role with the srvr four-letter command, over
-// a connection of its own (four-letter commands are one per connection).
-// ruok would prove nothing: a server without quorum answers imok.
-func (c *Conn) probe(ctx context.Context, m router.Member) (router.ProbeResult, error) {
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		timeout := time.Second
-		if dl, ok := ctx.Deadline(); ok {
-			timeout = time.Until(dl)
-		}
-		return c.o.dialer(network, addr, timeout)
-	}
-	b, err := zk4lw.Send(ctx, dial, m.Addr, "srvr")
-	if errors.Is(err, zk4lw.ErrNotServing) {
-		return router.ProbeResult{NotServing: true}, nil
-	}
-	if err != nil {
-		return router.ProbeResult{}, err
-	}
-	st, err := zk4lw.ParseSrvr(b)
-	if err != nil {
-		return router.ProbeResult{}, err
-	}
-	return probeResult(st), nil
-}
-
-// probeResult maps a server's srvr answer to what the router needs.
-//
-// A leader names itself with its epoch: its zxid carries the epoch from
-// the moment it leads, so of two servers that both claim to lead (one was
-// deposed while frozen and has not noticed) the one at the older epoch is
-// told apart and leaves the read pool.
-//
-// Followers give no epoch: a follower's srvr zxid is the last transaction
-// it applied, which stays in the old epoch after an election until the new
-// leader's first write, with nothing wrong. Their zxid is their applied
-// index instead, and the leader's is the committed index once the leader
-// has committed in its epoch (low 32 bits > 0; before that, a caught-up
-// follower's zxid is unknown). A follower more than Config.MaxLag
-// transactions behind, or still in an older epoch after the leader's first
-// commit (a difference of 2³² or more), leaves the read pool.
-func probeResult(st zk4lw.Srvr) router.ProbeResult {
-	zxid := uint64(st.Zxid)
-	switch st.Mode {
-	case "leader", "standalone":
-		res := router.ProbeResult{IsLeader: true, Term: st.Epoch()}
-		if zxid&0xffffffff > 0 {
-			res.Committed = zxid
-		}
-		return res
-	case "follower", "observer":
-		return router.ProbeResult{Applied: zxid}
-	default: // read-only and anything new: answers, but not a full member
-		return router.ProbeResult{NotServing: true}
-	}
 }
 
 // rebalance runs after every probe round: sessions leave servers that no
@@ -314,7 +351,58 @@ func (c *Conn) onPrimaryEvent(ev zk.Event) {
 	// The channel first: an event the callback has seen is on the channel.
 	c.sendEvent(ev)
 	if c.o.onEvent != nil {
-		c.o.onEvent(ev)
+		c.cbMu.Lock()
+		c.cbQueue = append(c.cbQueue, ev)
+		c.cbMu.Unlock()
+		select {
+		case c.cbWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// stopCallbacks ends what Connect started besides the router, when Connect
+// fails before a session exists.
+func (c *Conn) stopCallbacks() {
+	c.cancel()
+	close(c.cbStop)
+	<-c.cbDone
+	c.releaseProbes()
+}
+
+func (c *Conn) releaseProbes() {
+	for _, k := range c.probeKeys {
+		releaseProbe(k)
+	}
+}
+
+// dispatchCallbacks runs the callback for each queued event, in order,
+// until Close has stopped the sessions and the queue is empty.
+func (c *Conn) dispatchCallbacks() {
+	defer close(c.cbDone)
+	for {
+		c.cbMu.Lock()
+		evs := c.cbQueue
+		c.cbQueue = nil
+		c.cbMu.Unlock()
+		for _, ev := range evs {
+			c.inCallback.Store(true)
+			c.o.onEvent(ev)
+			c.inCallback.Store(false)
+		}
+		if len(evs) > 0 {
+			continue
+		}
+		select {
+		case <-c.cbWake:
+		case <-c.cbStop:
+			c.cbMu.Lock()
+			empty := len(c.cbQueue) == 0
+			c.cbMu.Unlock()
+			if empty {
+				return
+			}
+		}
 	}
 }
 
@@ -380,13 +468,37 @@ func (c *Conn) check(ctx context.Context) error {
 	return nil
 }
 
+type linearizableKey struct{}
+
+// linearizable makes the reads on ctx linearizable under WithStaleReads
+// (recipes need them).
+func linearizable(ctx context.Context) context.Context {
+	return context.WithValue(ctx, linearizableKey{}, true)
+}
+
+// quorumCheck is the strict reads' quorum operation: it matches "/" at any
+// version, so it never fails, and changes nothing.
+var quorumCheck = &zk.CheckVersionRequest{Path: "/", Version: -1}
+
 // read routes a read: a linearizable one is Sync(path) and then fn on the
 // same session, which ZooKeeper orders after the sync, so the server has
-// caught up with the leader as of the sync. A read that failed in
-// transport (its server went away) is tried once more elsewhere.
+// caught up with the leader as of the sync; under WithQuorumReads the sync
+// is a quorum operation instead. A read that failed in transport (its
+// server went away) is tried once more elsewhere.
 func read[T any](c *Conn, ctx context.Context, path string, fn func(*zk.Conn) (T, error)) (T, error) {
-	if c.o.stale {
+	if c.o.stale && ctx.Value(linearizableKey{}) == nil {
 		return route(c, ctx, router.StaleRead, 2, nil, fn)
+	}
+	if c.o.quorum {
+		return route(c, ctx, router.LinearizableRead, 2, nil, func(z *zk.Conn) (T, error) {
+			// An answer on the merits (a root ACL without read access) was
+			// committed all the same; only a failed round trip stops the read.
+			if _, err := z.Multi(quorumCheck); err != nil && outcomeOf(context.Background(), err) != router.AppError {
+				var zero T
+				return zero, err
+			}
+			return fn(z)
+		})
 	}
 	return route(c, ctx, router.LinearizableRead, 2, nil, func(z *zk.Conn) (T, error) {
 		if _, err := z.Sync(path); err != nil && err != zk.ErrNoNode {
@@ -433,6 +545,13 @@ func route[T any](c *Conn, ctx context.Context, op router.Op, attempts int, boun
 			if s, err = c.sessionFor(p.Index); err != nil {
 				p.Abandon()
 				return zero, err
+			}
+			if _, forced := router.ForcedMember(ctx); forced && s != c.primary && !s.reach(ctx) {
+				p.Abandon()
+				if err := c.check(ctx); err != nil {
+					return zero, err
+				}
+				return zero, fmt.Errorf("%w: the call is forced to %s and its session cannot be placed there", ErrUnreachable, p.Member.ID)
 			}
 		}
 		var v T
@@ -512,7 +631,10 @@ func (c *Conn) Close() {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
 		close(c.done)
-		c.r.Close()
+		c.cancel()
+		c.r.Close() // no more probe rounds, so no more moves start
+		c.bg.Wait()
+		c.releaseProbes()
 		c.memMu.Lock()
 		sessions := []*session{c.primary}
 		for _, s := range c.mem {
@@ -535,5 +657,12 @@ func (c *Conn) Close() {
 		close(c.events)
 		c.events = nil
 		c.eventsMu.Unlock()
+		// The callback goroutine delivers what is queued and ends. Called
+		// from a callback, Close cannot wait for it: it ends when that
+		// callback returns.
+		close(c.cbStop)
+		if !c.inCallback.Load() {
+			<-c.cbDone
+		}
 	})
 }

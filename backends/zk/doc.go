@@ -14,6 +14,37 @@
 //
 //   - WithStaleReads makes reads plain ZooKeeper reads with no sync.
 //
+//   - WithQuorumReads makes linearizable reads strict: a quorum operation
+//     (a Multi holding one version check of "/" at any version, committed
+//     through the leader like a write, changing nothing) in place of the
+//     sync, then the read.
+//
+// # Read consistency
+//
+// ZooKeeper's sync is not a quorum operation: the leader answers it from
+// its own state (ZOOKEEPER-1675, ZOOKEEPER-3522). So sync+read, the default
+// linearizable read here as in the paper, is linearizable while leadership
+// is stable. A leader that was deposed while frozen (SIGSTOP, a GC pause
+// longer than syncLimit × tickTime) still reports "Mode: leader" for a
+// moment after it resumes (about a second on the test bed) and answers a
+// sync, and the read after it, from state its successor has overwritten.
+// The Conn guards against it as far as a client can: it moves its sessions
+// off a server that stops answering probes (so none of its sessions is on
+// the frozen leader when it resumes), ZooKeeper refuses to take back a
+// session that has seen a newer zxid than the server's own, a new session
+// is a quorum commit the deposed leader cannot make, and the router leaves
+// out of the read pool a server that leads at an older epoch, or a follower
+// more than Config.MaxLag transactions behind the leader (or still in an
+// older epoch after the leader's first commit). TestDeposedLeaderReads
+// measures it on a 5-server ensemble: the Conn's reads, default or strict,
+// showed no stale read, while a plain session held on the old leader
+// through the freeze read stale values for about a second with sync+get
+// and none with the quorum check. With WithQuorumReads the read is ordered
+// after a commit of the current leader's quorum, which a deposed leader
+// cannot make: it is linearizable whatever the leadership does, for the
+// cost of a write per read (a quorum round trip, a transaction in every
+// server's log and, where the log is synced, a disk flush).
+//
 // The read pool's MinEjectGap defaults to DefaultMinEjectGap (10 ms): a
 // linearizable read is two client round trips here, so a server one zone
 // away is several milliseconds slower with nothing wrong with it.
@@ -66,13 +97,37 @@
 //     reads, by the sync; stale reads may miss a write the Conn made through
 //     another server.
 //   - Session expiry of the primary session is an event (zk.StateExpired on
-//     the channel and WithEventCallback) and, from then on, every call
+//     the channel and WithEventCallback; the callback runs on a goroutine of
+//     the Conn's, so it may call Close) and, from then on, every call
 //     returns zk.ErrSessionExpired: unlike go-zookeeper, the Conn never goes
 //     on silently with a new session that lost the ephemerals. Make a new
 //     Conn. Member sessions own nothing but watches; go-zookeeper renews
 //     them on expiry and their watches are ended as above.
 //
+// # Resources
+//
+// A Conn holds a primary session and at most one session per server (about
+// one connection per server: the primary's server needs no other).
+// ZooKeeper allows one client address maxClientCnxns connections to a
+// server (60 by default): one host runs about 59 Conns against servers at
+// that default. Probes (srvr, one short connection each) are shared by the
+// Conns of a process that probe a server the same way (see WithDialer,
+// WithTLS): about 8 probe connections a second per server, however many
+// Conns (with 20 unshared Conns it was 80 a second).
+//
+// # Recipes and TLS
+//
+// Lock is go-zookeeper's lock recipe on a Conn (go-zookeeper's recipes take
+// a *zk.Conn). WithTLS connects over TLS to servers' secureClientPort.
+//
 // # Errors
+//
+// AddAuth adds credentials to the primary session before it returns (its
+// answer is AddAuth's error) and to every other session before that
+// session's next request, whenever the session was opened; a credential
+// cut by a move is added again before the session's next request.
+// WithMember puts the call on that server or fails with ErrUnreachable: it
+// never runs elsewhere.
 //
 // ZooKeeper's answers are go-zookeeper's own error values, unwrapped
 // (zk.ErrNoNode, zk.ErrNodeExists, zk.ErrBadVersion…), so err == zk.ErrNoNode

@@ -3,10 +3,14 @@ package zk_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 
 	ozk "github.com/oproute/oproute/backends/zk"
 	"github.com/oproute/oproute/conformance"
@@ -106,5 +110,152 @@ func TestLaggingFollowerLeavesThePool(t *testing.T) {
 	t.Logf("z%d out %v after the partition (writes took %v): %q; its srvr: %s", lagging, time.Since(cut), wrote, m.OutReason, st.Mode)
 	if m.OutReason != "apply_lag" {
 		t.Errorf("z%d out for %q, want apply_lag", lagging, m.OutReason)
+	}
+}
+
+// The natural reaction to an event — close the Conn (and start a new one)
+// — must not deadlock: go-zookeeper runs its callback on the loop that its
+// Close waits for.
+func TestCloseFromEventCallback(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conn *ozk.Conn
+	ready, closed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	conn, _, err = ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithLogger(quiet{}), ozk.WithEventCallback(func(ev zk.Event) {
+		if ev.State == zk.StateDisconnected {
+			<-ready
+			once.Do(func() {
+				conn.Close()
+				close(closed)
+			})
+		}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(ready)
+	c.ResetClients(leader, true) // the primary session loses its connection
+	defer c.ResetClients(leader, false)
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close called from the event callback did not return within 10 s")
+	}
+	if _, _, err := conn.Get("/"); !errors.Is(err, ozk.ErrClosed) {
+		t.Fatalf("Get after Close: %v, want ErrClosed", err)
+	}
+}
+
+// Connect must fail, not return a Conn without a session, when no server
+// gives it one in time: here the one server left answers srvr but serves
+// no session (no quorum).
+func TestConnectWithoutSessionFails(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	for _, i := range []int{1, 2} {
+		if err := c.Kill(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	conn, _, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithLogger(quiet{}), ozk.WithConnectTimeout(2*time.Second))
+	took := time.Since(start)
+	if err == nil {
+		conn.Close()
+		t.Fatalf("Connect without quorum returned a Conn (state %v) after %v", conn.State(), took)
+	}
+	if !errors.Is(err, ozk.ErrUnreachable) {
+		t.Errorf("Connect: %v, want ErrUnreachable", err)
+	}
+	if took > 4*time.Second {
+		t.Errorf("Connect took %v with a 2 s connect timeout", took)
+	}
+	t.Logf("Connect failed after %v: %v", took, err)
+}
+
+// Credentials are on every session before its first request: sessions of
+// a fresh Conn, opened after AddAuth, read a digest-protected node through
+// every server, many times (half of the Conns with stale reads, whose
+// first request on a session is the read itself), while client links are reset now and then
+// (moves that can cut a setAuth). A bad scheme's error reaches the caller.
+func TestAddAuthOnEverySession(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin := direct(t, c, 0)
+	if err := admin.AddAuth("digest", []byte("app:secret")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Create("/secret", []byte("s"), 0, zk.DigestACL(zk.PermAll, "app", "secret")); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { // reset one server's client links now and then
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(150 * time.Millisecond):
+			}
+			i := n % c.Size()
+			c.ResetClients(i, true)
+			select {
+			case <-stop:
+			case <-time.After(20 * time.Millisecond):
+			}
+			c.ResetClients(i, false)
+		}
+	})
+	defer func() { close(stop); wg.Wait() }()
+	eps := c.Endpoints()
+	noAuth, ok, other := 0, 0, map[string]int{}
+	for n := range 20 {
+		opts := []ozk.Option{ozk.WithLogger(quiet{})}
+		if n%2 == 1 { // a stale read's first request is the read (no sync)
+			opts = append(opts, ozk.WithStaleReads())
+		}
+		conn, _, err := ozk.Connect(eps, sessionTimeout, opts...)
+		if err != nil {
+			other[err.Error()]++
+			continue
+		}
+		if err := conn.AddAuthContext(ctx, "digest", []byte("app:secret")); err != nil {
+			other["AddAuth: "+err.Error()]++
+		}
+		for i := range eps {
+			octx, cancel := context.WithTimeout(ozk.WithMember(ctx, eps[i]), 3*time.Second)
+			_, _, err := conn.GetContext(octx, "/secret")
+			cancel()
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, zk.ErrNoAuth):
+				noAuth++
+			default:
+				other[fmt.Sprintf("%.50v", err)]++
+			}
+		}
+		conn.Close()
+	}
+	t.Logf("reads through every server on 20 fresh Conns: %d ok, %d refused (no auth), others %v", ok, noAuth, other)
+	if noAuth > 0 {
+		t.Errorf("%d reads went out on a session without the credentials", noAuth)
+	}
+	if ok < 40 {
+		t.Errorf("only %d of 60 reads succeeded", ok)
+	}
+
+	conn, _ := connect(t, c)
+	if err := conn.AddAuthContext(ctx, "no-such-scheme", []byte("x")); !errors.Is(err, zk.ErrAuthFailed) {
+		t.Errorf("AddAuth with an unknown scheme: %v, want zk.ErrAuthFailed", err)
+	}
+	if _, _, err := conn.GetContext(ctx, "/"); err != nil {
+		t.Errorf("Get after a failed AddAuth: %v", err)
 	}
 }

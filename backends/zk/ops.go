@@ -3,6 +3,7 @@ package zk
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -236,26 +237,50 @@ func (c *Conn) MultiContext(ctx context.Context, ops ...any) ([]zk.MultiResponse
 }
 
 // AddAuth adds credentials to every session of the Conn, present and
-// future; go-zookeeper resends them on reconnects.
+// future. The primary session adds them before AddAuth returns (its answer
+// is AddAuth's error); every other session adds them before its next
+// request, and go-zookeeper resends them on each reconnect. A connection
+// cut meanwhile (a move) is retried, for at most the session timeout.
 func (c *Conn) AddAuth(scheme string, auth []byte) error {
-	if err := c.check(context.Background()); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), c.sessionTimeout)
+	defer cancel()
+	return c.AddAuthContext(ctx, scheme, auth)
+}
+
+// AddAuthContext is AddAuth bounded by ctx.
+func (c *Conn) AddAuthContext(ctx context.Context, scheme string, auth []byte) error {
+	if err := c.check(ctx); err != nil {
 		return err
 	}
-	c.credsMu.Lock()
-	c.creds = append(c.creds, authCred{scheme, auth})
-	c.credsMu.Unlock()
-	if err := c.primary.zk.AddAuth(scheme, auth); err != nil {
-		return c.finalErr(err)
+	c.authMu.Lock()
+	defer c.authMu.Unlock()
+	p := c.primary
+	if err := p.lockAuth(ctx); err != nil {
+		return err
 	}
-	c.memMu.Lock()
-	mem := append([]*session(nil), c.mem...)
-	c.memMu.Unlock()
-	for _, s := range mem {
-		if s != nil {
-			if err := s.zk.AddAuth(scheme, auth); err != nil {
-				return c.finalErr(err)
-			}
+	defer p.unlockAuth()
+	cred := authCred{scheme, auth}
+	for {
+		err := p.addPendingAuth(ctx)
+		if err == nil {
+			err = p.addAuth(ctx, cred)
+		}
+		if err == nil {
+			break
+		}
+		if !isMemberFault(err) || c.check(ctx) != nil {
+			return c.finalErr(err)
+		}
+		select { // the connection was cut: try again once it is back
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
+	c.credsMu.Lock()
+	c.creds = append(c.creds, cred)
+	c.credCount.Store(int32(len(c.creds)))
+	c.credsMu.Unlock()
+	p.authed.Add(1)
 	return nil
 }

@@ -3,6 +3,7 @@ package zk
 import (
 	"context"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,10 +39,16 @@ type session struct {
 
 	gate   gate
 	moving atomic.Bool
+
+	// authSem (a one-slot lock that a context can abandon) serialises
+	// adding credentials; authed is how many of the Conn's credentials the
+	// session has added (written under authSem, read without it).
+	authSem chan struct{}
+	authed  atomic.Int32
 }
 
 func (c *Conn) newSession(name string, home int, onEvent zk.EventCallback) (*session, error) {
-	s := &session{c: c, name: name, home: home}
+	s := &session{c: c, name: name, home: home, authSem: make(chan struct{}, 1)}
 	s.cur.Store(-1)
 	conn, events, err := zk.Connect(c.addrs, c.sessionTimeout,
 		zk.WithHostProvider(s),
@@ -53,15 +60,64 @@ func (c *Conn) newSession(name string, home int, onEvent zk.EventCallback) (*ses
 		return nil, err
 	}
 	s.zk, s.events = conn, events
-	c.credsMu.Lock()
-	creds := append([]authCred(nil), c.creds...)
-	c.credsMu.Unlock()
-	for _, a := range creds {
-		// Queued until the session is established; go-zookeeper resends
-		// them on every reconnect.
-		go conn.AddAuth(a.scheme, a.auth)
-	}
 	return s, nil
+}
+
+// lockAuth takes the session's credential lock, or fails when ctx ends.
+func (s *session) lockAuth(ctx context.Context) error {
+	select {
+	case s.authSem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *session) unlockAuth() { <-s.authSem }
+
+// ensureAuth adds to the session, before its first request and before any
+// request after Conn.AddAuth, the credentials it does not have yet;
+// go-zookeeper resends those it has added on every reconnect. A failure
+// (ZooKeeper's answer, or a connection cut by a move) is the calling
+// request's error, and the credential is tried again on the next.
+func (s *session) ensureAuth(ctx context.Context) error {
+	if s.c.credCount.Load() == s.authed.Load() {
+		return nil
+	}
+	if err := s.lockAuth(ctx); err != nil {
+		return err
+	}
+	defer s.unlockAuth()
+	return s.addPendingAuth(ctx)
+}
+
+// addPendingAuth adds the credentials the session lacks. Caller holds the
+// credential lock.
+func (s *session) addPendingAuth(ctx context.Context) error {
+	s.c.credsMu.Lock()
+	pending := slices.Clone(s.c.creds[s.authed.Load():])
+	s.c.credsMu.Unlock()
+	for _, a := range pending {
+		if err := s.addAuth(ctx, a); err != nil {
+			return err
+		}
+		s.authed.Add(1)
+	}
+	return nil
+}
+
+// addAuth adds one credential, bounded by ctx (go-zookeeper's AddAuth
+// takes none: on cancellation it goes on in the background, and the
+// credential is added again later, which ZooKeeper takes as a no-op).
+func (s *session) addAuth(ctx context.Context, a authCred) error {
+	ch := make(chan error, 1)
+	go func() { ch <- s.zk.AddAuth(a.scheme, a.auth) }()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // target is the member the session belongs on, -1 when unknown.
@@ -81,8 +137,8 @@ func (s *session) Init([]string) error { return nil }
 // Len implements zk.HostProvider.
 func (s *session) Len() int { return len(s.c.addrs) }
 
-// Next implements zk.HostProvider: the target first if it serves, then the
-// other members that serve, then the rest. After a full pass without a session it
+// Next implements zk.HostProvider: the target first if the session may
+// settle there (settled), then the other members that serve, then the rest. After a full pass without a session it
 // waits a little (10 ms, doubling to 250 ms) and goes on: go-zookeeper's own
 // retry wait (a second, asked for with retryStart) would delay the return
 // of writes after an election by up to that second. retryStart, which also
@@ -95,16 +151,17 @@ func (s *session) Next() (string, bool) {
 	if t < 0 {
 		t = max(int(s.cur.Load()), 0)
 	}
-	// Servers that serve first, the target ahead of them; then the rest. A
-	// target that does not serve (frozen, cut off) would hold the handshake
-	// until its deadline.
+	// The target if the session may settle there, then the servers that
+	// serve, then the rest. A target that is out of reach (frozen, cut off)
+	// would hold the handshake until its deadline.
+	first := func(i int) bool { return i == t && s.settled(t) }
 	for k := range n {
-		if i := (t + k) % n; s.c.r.Serves(i) {
+		if i := (t + k) % n; first(i) || s.c.r.Serves(i) {
 			order = append(order, i)
 		}
 	}
 	for k := range n {
-		if i := (t + k) % n; !s.c.r.Serves(i) {
+		if i := (t + k) % n; !first(i) && !s.c.r.Serves(i) {
 			order = append(order, i)
 		}
 	}
@@ -188,36 +245,82 @@ func (s *session) kick() {
 // follow moves the session if its server is out of reach (at once: a frozen
 // server would hold requests until go-zookeeper's receive timeout, two
 // thirds of the session timeout) or if it belongs elsewhere (after draining,
-// so that no request in flight is cut).
+// so that no request in flight is cut). A member session goes home when its
+// server is reachable, even out of the read pool: there it serves only
+// calls forced to that server (WithMember).
 func (s *session) follow() {
 	cur := int(s.cur.Load())
 	if cur < 0 {
 		return // connecting: Next offers the target first
 	}
-	if !s.c.r.Serves(cur) {
+	if !s.c.r.Reachable(cur) {
 		s.kick()
 		return
 	}
 	want := s.target()
-	if want < 0 || want == cur || !s.c.r.Serves(want) || !s.moving.CompareAndSwap(false, true) {
+	if want < 0 || want == cur || !s.settled(want) || !s.moving.CompareAndSwap(false, true) {
 		return
 	}
-	go func() {
+	s.c.bg.Go(func() {
 		defer s.moving.Store(false)
-		s.moveDrained(want)
-	}()
+		s.moveDrained(s.c.ctx, want)
+	})
+}
+
+// settled reports whether the session may move to member want: the
+// primary follows the leader only to a server that serves; a member session
+// goes home to a reachable one.
+func (s *session) settled(want int) bool {
+	if s.home >= 0 {
+		return s.c.r.Reachable(want)
+	}
+	return s.c.r.Serves(want)
+}
+
+// reach puts a member session on its own server for a call forced there
+// (WithMember) and reports whether it got there within ctx: a call forced
+// to a server must not be served by another one. The server may refuse the
+// session (ZooKeeper refuses a session that has seen a newer zxid than its
+// own), and the session then lands elsewhere.
+func (s *session) reach(ctx context.Context) bool {
+	giveUp := time.Now().Add(s.c.sessionTimeout)
+	for !s.at(s.home) {
+		if !s.c.r.Reachable(s.home) || time.Now().After(giveUp) {
+			return false
+		}
+		// A session still connecting is left alone (Next offers home
+		// first); one established elsewhere is moved.
+		if s.zk.State() == zk.StateHasSession && s.moving.CompareAndSwap(false, true) {
+			s.moveDrained(ctx, s.home)
+			s.moving.Store(false)
+			return s.at(s.home)
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-s.c.done:
+			return false
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return true
+}
+
+// at reports whether the session is established on member idx.
+func (s *session) at(idx int) bool {
+	return int(s.cur.Load()) == idx && s.zk.State() == zk.StateHasSession
 }
 
 // moveDrained holds new requests back, waits for those in flight (at most
 // drainTimeout), moves the connection and waits for the session to be
-// re-established on want (at most reconnectTimeout) before letting
-// requests through again.
-func (s *session) moveDrained(want int) {
+// re-established (at most reconnectTimeout) before letting requests
+// through again. ctx and the Conn's Close end it early.
+func (s *session) moveDrained(ctx context.Context, want int) {
 	const drainTimeout, reconnectTimeout = 2 * time.Second, 2 * time.Second
-	s.gate.shut(drainTimeout)
+	s.gate.shut(ctx, drainTimeout)
 	defer s.gate.open()
-	if int(s.cur.Load()) == want {
-		return
+	if s.at(want) || ctx.Err() != nil {
+		return // there already, or the Conn is closing: no kick
 	}
 	s.kick()
 	deadline := time.NewTimer(reconnectTimeout)
@@ -227,6 +330,8 @@ func (s *session) moveDrained(want int) {
 	for s.zk.State() != zk.StateHasSession || int(s.cur.Load()) < 0 {
 		select {
 		case <-deadline.C:
+			return
+		case <-ctx.Done():
 			return
 		case <-s.c.done:
 			return
@@ -242,6 +347,10 @@ func (s *session) moveDrained(want int) {
 func do[T any](ctx context.Context, s *session, fn func(*zk.Conn) (T, error)) (T, error) {
 	var zero T
 	if err := s.gate.enter(ctx); err != nil {
+		return zero, err
+	}
+	if err := s.ensureAuth(ctx); err != nil {
+		s.gate.leave()
 		return zero, err
 	}
 	if ctx.Done() == nil {
@@ -301,8 +410,9 @@ func (g *gate) leave() {
 	g.mu.Unlock()
 }
 
-// shut holds new requests back and waits up to timeout for those in flight.
-func (g *gate) shut(timeout time.Duration) {
+// shut holds new requests back and waits up to timeout (or until ctx ends)
+// for those in flight.
+func (g *gate) shut(ctx context.Context, timeout time.Duration) {
 	g.mu.Lock()
 	g.shutc = make(chan struct{})
 	if g.inflight == 0 {
@@ -317,6 +427,7 @@ func (g *gate) shut(timeout time.Duration) {
 	select {
 	case <-d:
 	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 

@@ -1,0 +1,54 @@
+package zk
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oproute/oproute/testbed"
+)
+
+type nopLogger struct{}
+
+func (nopLogger) Printf(string, ...any) {}
+
+// A move waiting for a request in flight to drain must end with Close, at
+// once: it used to outlive Close and wait out its 2 s drain.
+func TestCloseEndsMovesAtOnce(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	conn, _, err := Connect(c.Endpoints(), 6*time.Second, WithLogger(nopLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := conn.primary
+	if err := s.gate.enter(context.Background()); err != nil { // in flight for good
+		t.Fatal(err)
+	}
+	defer s.gate.leave()
+	s.moving.Store(true)
+	conn.bg.Go(func() { s.moveDrained(conn.ctx, (int(s.cur.Load())+1)%len(conn.members)) })
+	deadline := time.Now().Add(5 * time.Second)
+	for !gateShut(&s.gate) {
+		if time.Now().After(deadline) {
+			t.Fatal("the move did not start draining")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	conn.Close()
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Close took %v with a move draining", took)
+	}
+	buf := make([]byte, 1<<20)
+	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "moveDrained") {
+		t.Error("a move outlived Close")
+	}
+}
+
+func gateShut(g *gate) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.shutc != nil
+}
