@@ -259,3 +259,39 @@ func TestAddAuthOnEverySession(t *testing.T) {
 		t.Errorf("Get after a failed AddAuth: %v", err)
 	}
 }
+
+// A write that misses its caller's short deadline is the caller's doing,
+// not the leader's: it must not clear the leader (which sent writes round
+// robin and forced re-probes when deadlines counted as failures).
+func TestCallerDeadlineIsNoLeaderFailure(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, _ := connect(t, c)
+	if _, err := conn.CreateContext(ctx, "/deadline", nil, 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	before, rounds0, start := conn.Stats(), conn.Router().Rounds(), time.Now()
+	missed := 0
+	for n := range 400 {
+		// A deadline about a write's own latency: many miss it.
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Millisecond)
+		if _, err := conn.SetContext(wctx, "/deadline", []byte{byte(n)}, -1); errors.Is(err, context.DeadlineExceeded) {
+			missed++
+		}
+		cancel()
+	}
+	st := conn.Stats()
+	roundsPerSecond := float64(conn.Router().Rounds()-rounds0) / time.Since(start).Seconds()
+	t.Logf("%d of 400 writes missed a 2 ms deadline; fallbacks %d, leader changes %d, %.1f probe rounds/s",
+		missed, st.Fallbacks-before.Fallbacks, st.LeaderChanges-before.LeaderChanges, roundsPerSecond)
+	if missed < 20 {
+		t.Skipf("only %d writes missed the deadline: nothing exercised", missed)
+	}
+	if st.Fallbacks != before.Fallbacks {
+		t.Errorf("%d writes fell back (leader cleared by callers' deadlines)", st.Fallbacks-before.Fallbacks)
+	}
+	if roundsPerSecond > 8 {
+		t.Errorf("%.1f probe rounds a second: callers' deadlines forced re-probes", roundsPerSecond)
+	}
+}
