@@ -84,7 +84,10 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 			continue
 		}
 		h.probeFailures = 0
-		h.lastProbe, h.probed, h.forgotten = o.res, true, false
+		h.lastProbe, h.probed = o.res, true
+		if gen >= h.forgottenAt {
+			h.forgotten = false
+		}
 		h.probe.Add(o.rtt)
 	}
 	for i := range r.health {
@@ -155,7 +158,7 @@ func (r *Router) electedLeader(reachable []int) int {
 	leader, term, fresh := -1, uint64(0), false
 	for _, i := range reachable {
 		h := &r.health[i]
-		if !h.probed || (h.probeFailures > 0 && h.forgotten) {
+		if !h.probed || (h.probeFailures > 0 && h.forgotten) || h.probeFailures >= r.cfg.UnreachableAfter {
 			continue
 		}
 		res := h.lastProbe

@@ -578,3 +578,37 @@ func TestOneFailedProbeKeepsTheLeader(t *testing.T) {
 		t.Fatalf("leader %q kept after a failed write and a failed probe", st.Leader)
 	}
 }
+
+// A probe round that began before a pinned write failed does not clear the
+// failure's verdict; and when nothing answers, no stale claim survives.
+func TestStaleClaimLapses(t *testing.T) {
+	tr := newTestRouter(t, Config{UnreachableAfter: 3})
+	zk := &zkProbes{}
+	tr.cfg.Prober = zk
+	zk.set("m0", 3)
+	tr.probeRound()
+	ok := make([]probeOutcome, 3)
+	for i, m := range tr.members {
+		res, _ := zk.Probe(context.Background(), m)
+		ok[i] = probeOutcome{res: res, rtt: time.Millisecond}
+	}
+	gen := tr.forgets.Load() // a round under way before the failure
+	zk.set("m0", 3, "m0")
+	p, _ := tr.Pick(context.Background(), Write)
+	p.Done(MemberFault)
+	tr.apply(ok, gen) // that round's answers arrive: m0 answered then
+	tr.probeRound()   // m0 fails now
+	if st := tr.Stats(); st.Leader != "" {
+		t.Fatalf("leader %q back after a failed write, on a round that began before it", st.Leader)
+	}
+
+	zk.set("m0", 3)
+	tr.probeRound()
+	zk.set("m0", 3, "m0", "m1", "m2") // nothing answers
+	for range 3 {
+		tr.probeRound()
+	}
+	if st := tr.Stats(); st.Leader != "" {
+		t.Fatalf("leader %q kept with every member unreachable", st.Leader)
+	}
+}

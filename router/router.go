@@ -83,8 +83,10 @@ type memberHealth struct {
 	probed        bool
 	// forgotten: a write pinned to this member as leader failed since its
 	// last good probe, so its last claim to lead is not carried over a
-	// failed probe (electedLeader).
+	// failed probe (electedLeader). forgottenAt is r.forgets after that
+	// failure: only a probe from a round that began later clears it.
 	forgotten    bool
+	forgottenAt  uint64
 	window       failureWindow
 	ejected      bool      // ejected on reads' evidence; survives a spell on the bench
 	ejectWhy     string    // why it was ejected
@@ -636,8 +638,8 @@ func (r *Router) forgetLeader(idx int) {
 		r.mu.Unlock()
 		return
 	}
-	r.forgets.Add(1)
-	r.health[idx].forgotten = true
+	h := &r.health[idx]
+	h.forgotten, h.forgottenAt = true, r.forgets.Add(1)
 	r.snap.Store(r.buildSnapshot(-1, s.reachable, r.ejectedLocked(), s.benched, s.sticky))
 	r.mu.Unlock()
 	r.Refresh()

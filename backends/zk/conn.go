@@ -1,6 +1,7 @@
 package zk
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -8,7 +9,9 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +39,10 @@ var (
 	// which go-zookeeper reports as "unknown error: -2").
 	ErrMultiRolledBack = errors.New("oproute/zk: op rolled back: another op of the multi failed")
 )
+
+// errNotPlaced: a call forced to a server (WithMember) found no session of
+// the Conn's there; it was not sent.
+var errNotPlaced = fmt.Errorf("%w: the call is forced to a server its session cannot be placed on", ErrUnreachable)
 
 type options struct {
 	policy         string
@@ -172,12 +179,12 @@ type Conn struct {
 	// from cbQueue in order: go-zookeeper runs its callback on the event
 	// loop that its Close waits for, so a callback that called Close (on
 	// StateExpired, to start again) deadlocked.
-	cbMu       sync.Mutex
-	cbQueue    []zk.Event
-	cbWake     chan struct{} // capacity 1
-	cbStop     chan struct{} // closed by Close once no event can come
-	cbDone     chan struct{} // closed when the callback goroutine ends
-	inCallback atomic.Bool
+	cbMu    sync.Mutex
+	cbQueue []zk.Event
+	cbWake  chan struct{} // capacity 1
+	cbStop  chan struct{} // closed by Close once no event can come
+	cbDone  chan struct{} // closed when the callback goroutine ends
+	cbGID   atomic.Uint64 // the callback goroutine's id
 
 	events   chan zk.Event
 	eventsMu sync.Mutex // guards sending on events against its close
@@ -192,7 +199,6 @@ type Conn struct {
 	probeKeys    []probeKey    // per server
 	probeEntries []*probeEntry // shared with the process's other Conns
 	probeMaxAge  time.Duration
-	closeOnce    sync.Once
 }
 
 type authCred struct {
@@ -247,12 +253,6 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	c := &Conn{sessionTimeout: sessionTimeout, o: o, byAddr: map[string]int{},
 		events: make(chan zk.Event, eventBuffer), done: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.cbWake, c.cbStop, c.cbDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
-	if o.onEvent != nil {
-		go c.dispatchCallbacks()
-	} else {
-		close(c.cbDone)
-	}
 	for i, srv := range servers {
 		addr, err := hostPort(srv)
 		if err != nil {
@@ -269,6 +269,12 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	rcfg := router.Config{Policy: o.policy, ClientZone: o.clientZone, MinEjectGap: DefaultMinEjectGap}
 	if o.tune != nil {
 		o.tune(&rcfg)
+	}
+	c.cbWake, c.cbStop, c.cbDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	if o.onEvent != nil {
+		go c.dispatchCallbacks()
+	} else {
+		close(c.cbDone)
 	}
 	c.probeMaxAge = cmp.Or(rcfg.ProbeInterval, router.DefaultProbeInterval) / 2
 	c.probeKeys = c.probeKeysFor()
@@ -380,15 +386,14 @@ func (c *Conn) releaseProbes() {
 // until Close has stopped the sessions and the queue is empty.
 func (c *Conn) dispatchCallbacks() {
 	defer close(c.cbDone)
+	c.cbGID.Store(goroutineID())
 	for {
 		c.cbMu.Lock()
 		evs := c.cbQueue
 		c.cbQueue = nil
 		c.cbMu.Unlock()
 		for _, ev := range evs {
-			c.inCallback.Store(true)
 			c.o.onEvent(ev)
-			c.inCallback.Store(false)
 		}
 		if len(evs) > 0 {
 			continue
@@ -540,22 +545,29 @@ func route[T any](c *Conn, ctx context.Context, op router.Op, attempts int, boun
 		if perr != nil {
 			return zero, mapRouterErr(perr)
 		}
-		s := bound
+		s, at := bound, -1
 		if s == nil {
 			if s, err = c.sessionFor(p.Index); err != nil {
 				p.Abandon()
 				return zero, err
 			}
-			if _, forced := router.ForcedMember(ctx); forced && s != c.primary && !s.reach(ctx) {
-				p.Abandon()
-				if err := c.check(ctx); err != nil {
-					return zero, err
+			if _, forced := router.ForcedMember(ctx); forced {
+				at = p.Index
+				if s != c.primary && !s.reach(ctx) {
+					p.Abandon()
+					if err := c.check(ctx); err != nil {
+						return zero, err
+					}
+					return zero, fmt.Errorf("%w: %s", errNotPlaced, p.Member.ID)
 				}
-				return zero, fmt.Errorf("%w: the call is forced to %s and its session cannot be placed there", ErrUnreachable, p.Member.ID)
 			}
 		}
 		var v T
-		v, err = do(ctx, s, fn)
+		v, err = do(ctx, s, at, fn)
+		if errors.Is(err, errNotPlaced) {
+			p.Abandon()
+			return zero, fmt.Errorf("%w: %s", err, p.Member.ID)
+		}
 		o := outcomeOf(ctx, err)
 		p.Done(o)
 		if o != router.MemberFault || c.check(ctx) != nil {
@@ -626,43 +638,56 @@ func (c *Conn) SessionServers() []int {
 }
 
 // Close ends every session (the primary's ephemerals are deleted by the
-// server) and the router, and waits for their goroutines.
+// server) and the router, and waits for their goroutines and for the
+// callbacks of the events already queued, except when it is called from a
+// callback. A second Close returns at once.
 func (c *Conn) Close() {
-	c.closeOnce.Do(func() {
-		c.closed.Store(true)
-		close(c.done)
-		c.cancel()
-		c.r.Close() // no more probe rounds, so no more moves start
-		c.bg.Wait()
-		c.releaseProbes()
-		c.memMu.Lock()
-		sessions := []*session{c.primary}
-		for _, s := range c.mem {
-			if s != nil {
-				sessions = append(sessions, s)
+	if c.closed.Swap(true) {
+		return // closed, or being closed (perhaps by a callback Close waits for)
+	}
+	close(c.done)
+	c.cancel()
+	c.r.Close() // no more probe rounds, so no more moves start
+	c.bg.Wait()
+	c.releaseProbes()
+	c.memMu.Lock()
+	sessions := []*session{c.primary}
+	for _, s := range c.mem {
+		if s != nil {
+			sessions = append(sessions, s)
+		}
+	}
+	c.memMu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range sessions {
+		wg.Go(func() {
+			s.gate.open()
+			s.zk.Close()
+			for range s.events { // closed when go-zookeeper's goroutines end
 			}
-		}
-		c.memMu.Unlock()
-		var wg sync.WaitGroup
-		for _, s := range sessions {
-			wg.Go(func() {
-				s.gate.open()
-				s.zk.Close()
-				for range s.events { // closed when go-zookeeper's goroutines end
-				}
-			})
-		}
-		wg.Wait()
-		c.eventsMu.Lock()
-		close(c.events)
-		c.events = nil
-		c.eventsMu.Unlock()
-		// The callback goroutine delivers what is queued and ends. Called
-		// from a callback, Close cannot wait for it: it ends when that
-		// callback returns.
-		close(c.cbStop)
-		if !c.inCallback.Load() {
-			<-c.cbDone
-		}
-	})
+		})
+	}
+	wg.Wait()
+	c.eventsMu.Lock()
+	close(c.events)
+	c.events = nil
+	c.eventsMu.Unlock()
+	// The callback goroutine delivers what is queued and ends. Called from
+	// a callback, Close cannot wait for it: it ends when that callback
+	// returns.
+	close(c.cbStop)
+	if c.o.onEvent == nil || goroutineID() != c.cbGID.Load() {
+		<-c.cbDone
+	}
+}
+
+// goroutineID is the calling goroutine's id, from its stack header
+// ("goroutine 42 [running]:"): Close needs to know whether it runs inside
+// a callback, and Go offers no other way to tell one goroutine from
+// another. It is called twice per Conn, never on a hot path.
+func goroutineID() uint64 {
+	var buf [64]byte
+	b := bytes.TrimPrefix(buf[:runtime.Stack(buf[:], false)], []byte("goroutine "))
+	id, _ := strconv.ParseUint(string(b[:bytes.IndexByte(b, ' ')]), 10, 64)
+	return id
 }

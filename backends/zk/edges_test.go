@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"go.uber.org/goleak"
 
 	ozk "github.com/oproute/oproute/backends/zk"
 	"github.com/oproute/oproute/conformance"
@@ -293,5 +294,26 @@ func TestCallerDeadlineIsNoLeaderFailure(t *testing.T) {
 	}
 	if roundsPerSecond > 8 {
 		t.Errorf("%.1f probe rounds a second: callers' deadlines forced re-probes", roundsPerSecond)
+	}
+}
+
+// Bad servers fail Connect with their error and leave nothing running,
+// event callback or not.
+func TestBadServersLeaveNothingRunning(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	cb := ozk.WithEventCallback(func(zk.Event) {})
+	for _, tc := range []struct {
+		servers []string
+		want    error
+	}{
+		{nil, ozk.ErrNoServers},
+		{[]string{""}, ozk.ErrInvalidServer},
+		{[]string{"127.0.0.1:1", "127.0.0.1:1"}, router.ErrDuplicateMember},
+		{[]string{"127.0.0.1:1"}, ozk.ErrUnreachable}, // nothing listens there
+	} {
+		_, _, err := ozk.Connect(tc.servers, sessionTimeout, cb, ozk.WithConnectTimeout(300*time.Millisecond))
+		if !errors.Is(err, tc.want) {
+			t.Errorf("Connect(%q): %v, want %v", tc.servers, err, tc.want)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package zk
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,7 +13,7 @@ import (
 )
 
 // Lock is go-zookeeper's mutual exclusion lock recipe (zk.Lock) on a Conn,
-// with the same contract: the lock is the lowest ephemeral sequential node
+// with the same contract (and node names: _c_<guid>-lock-<seq>): the lock is the lowest ephemeral sequential node
 // under its path; a contender waits for the node just before its own to go.
 // Its node is created on the primary session, so it is held as long as that
 // session lives (a leader change or a lost server the session outlives
@@ -60,45 +61,111 @@ func (l *Lock) LockWithDataContext(ctx context.Context, data []byte) error {
 	}
 	seq, err := lockSeq(path)
 	if err == nil {
-		err = l.wait(ctx, seq)
+		err = l.wait(ctx, path, seq)
 	}
 	if err != nil {
 		// Our node would take the lock later, for nobody: remove it.
-		l.remove(path)
-		return err
+		return errors.Join(err, l.remove(path))
 	}
 	l.seq, l.lockPath = seq, path
 	return nil
 }
 
-// create makes the lock's node, and its parents when missing.
+// create makes the lock's node, and its parents when missing. The node's
+// name carries a GUID of ours (as go-zookeeper's protected create does), so
+// that a create whose answer was lost is found again, and one that failed
+// is removed if it was applied after all. The create is not abandoned with
+// ctx (a create going on in the background would leave a node that takes
+// the lock for nobody): it is bounded by the session timeout.
 func (l *Lock) create(ctx context.Context, data []byte) (string, error) {
-	prefix := l.path + "/lock-"
+	var guid [16]byte
+	if _, err := rand.Read(guid[:]); err != nil {
+		return "", err
+	}
+	name := fmt.Sprintf("_c_%x-lock-", guid)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.c.sessionTimeout)
+	defer cancel()
+	var err error
 	for range 3 {
-		path, err := l.c.CreateProtectedEphemeralSequentialContext(ctx, prefix, data, l.acl)
-		if err != zk.ErrNoNode {
-			return path, err
-		}
-		pth := ""
-		for _, p := range strings.Split(l.path, "/")[1:] {
-			pth += "/" + p
-			if _, err := l.c.CreateContext(ctx, pth, []byte{}, 0, l.acl); err != nil && err != zk.ErrNodeExists {
+		var path string
+		path, err = l.c.CreateContext(cctx, l.path+"/"+name, data, zk.FlagEphemeralSequential, l.acl)
+		switch {
+		case err == nil:
+			if ctx.Err() != nil {
+				return "", errors.Join(ctx.Err(), l.remove(path))
+			}
+			return path, nil
+		case err == zk.ErrNoNode:
+			if err = l.createParents(cctx); err != nil {
 				return "", err
 			}
+			continue
+		case isMemberFault(err):
+			// The answer was lost: the node may exist.
+			if path, ok := l.find(cctx, name); ok {
+				return path, nil
+			}
+			continue
 		}
+		break
 	}
-	return "", zk.ErrNoNode
+	// Applied after all? Then it must go.
+	if path, ok := l.find(cctx, name); ok {
+		err = errors.Join(err, l.remove(path))
+	}
+	return "", err
 }
 
-// wait returns once seq is the lowest node under the lock's path.
-func (l *Lock) wait(ctx context.Context, seq int) error {
+func (l *Lock) createParents(ctx context.Context) error {
+	pth := ""
+	for _, p := range strings.Split(l.path, "/")[1:] {
+		pth += "/" + p
+		if _, err := l.c.CreateContext(ctx, pth, []byte{}, 0, l.acl); err != nil && err != zk.ErrNodeExists {
+			return err
+		}
+	}
+	return nil
+}
+
+// find returns the lock node whose name starts with name, if any.
+func (l *Lock) find(ctx context.Context, name string) (string, bool) {
+	children, _, err := l.c.ChildrenContext(linearizable(ctx), l.path)
+	if err != nil {
+		return "", false
+	}
+	for _, p := range children {
+		if strings.HasPrefix(p, name) {
+			return l.path + "/" + p, true
+		}
+	}
+	return "", false
+}
+
+// wait returns once our node (path, seq) is the lowest under the lock's
+// path. If our node is gone (the primary session expired, or someone
+// deleted it) it fails: going on could make two holders.
+func (l *Lock) wait(ctx context.Context, path string, seq int) error {
+	own := path[strings.LastIndexByte(path, '/')+1:]
+	guid := own[:strings.Index(own, "-lock-")+len("-lock-")]
 	for {
 		children, _, err := l.c.ChildrenContext(ctx, l.path)
 		if err != nil {
 			return err
 		}
-		prev, prevSeq := "", -1
+		prev, prevSeq, present := "", -1, false
 		for _, p := range children {
+			if p == own {
+				present = true
+				continue
+			}
+			if strings.HasPrefix(p, guid) {
+				// A create of ours whose answer was lost, applied after we
+				// looked for it: it would make us wait for ourselves.
+				if err := l.remove(l.path + "/" + p); err != nil {
+					return err
+				}
+				continue
+			}
 			s, err := lockSeq(p)
 			if err != nil {
 				return err
@@ -106,6 +173,9 @@ func (l *Lock) wait(ctx context.Context, seq int) error {
 			if s < seq && s > prevSeq {
 				prev, prevSeq = p, s
 			}
+		}
+		if !present {
+			return fmt.Errorf("oproute/zk: lock node %s is gone (session expired?): %w", path, zk.ErrNoNode)
 		}
 		if prevSeq < 0 {
 			return nil // ours is the lowest
@@ -119,8 +189,7 @@ func (l *Lock) wait(ctx context.Context, seq int) error {
 		}
 		select {
 		case <-ch:
-			// Deleted, or the watch ended (its session expired: the
-			// primary's expiry is caught by the next call): look again.
+			// Deleted, or the watch ended (its session expired): look again.
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -148,6 +217,9 @@ func (l *Lock) remove(path string) error {
 		}
 	}
 }
+
+// Path returns the lock's node while it is held, "" otherwise.
+func (l *Lock) Path() string { return l.lockPath }
 
 // Unlock releases the lock; zk.ErrNotLocked if it is not held.
 func (l *Lock) Unlock() error {

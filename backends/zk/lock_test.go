@@ -121,3 +121,76 @@ func TestLockUnderFaults(t *testing.T) {
 		t.Errorf("lock nodes left: %v, %v", children, err)
 	}
 }
+
+// A LockContext that gives up leaves no node behind: a node left there
+// would take the lock later for nobody, and every contender would wait for
+// the Conn's session to end.
+func TestLockContextGivesUpCleanly(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, _ := connect(t, c)
+	b, _ := connect(t, c)
+	la, lb := ozk.NewLock(a, "/locks/x", acl), ozk.NewLock(b, "/locks/x", acl)
+	if err := la.LockContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	if err := lb.LockContext(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("LockContext while held: %v, want context.DeadlineExceeded", err)
+	}
+	gone, cancelGone := context.WithCancel(ctx)
+	cancelGone() // given up before the create is even answered
+	if err := lb.LockContext(gone); !errors.Is(err, context.Canceled) {
+		t.Fatalf("LockContext with a cancelled context: %v, want context.Canceled", err)
+	}
+	if children, _, err := a.ChildrenContext(ctx, "/locks/x"); err != nil || len(children) != 1 {
+		t.Fatalf("lock nodes after two abandoned attempts: %v, %v; want only the holder's", children, err)
+	}
+	if err := la.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lb.LockContext(ctx); err != nil {
+		t.Fatalf("the lock after its holder left: %v", err)
+	}
+	if err := lb.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lb.Unlock(); !errors.Is(err, zk.ErrNotLocked) {
+		t.Errorf("second Unlock: %v, want zk.ErrNotLocked", err)
+	}
+
+	// A waiter whose node is deleted under it (its session expired, an
+	// operator) must not take the lock without a node when the holder
+	// leaves.
+	if err := la.LockContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() { res <- lb.LockContext(ctx) }()
+	var waiter string
+	conformance.Poll(t, 10*time.Second, "the waiter's node", func() bool {
+		children, _, _ := a.ChildrenContext(ctx, "/locks/x")
+		for _, ch := range children {
+			if "/locks/x/"+ch != la.Path() {
+				waiter = "/locks/x/" + ch
+			}
+		}
+		return waiter != ""
+	})
+	if err := a.DeleteContext(ctx, waiter, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-res:
+		if !errors.Is(err, zk.ErrNoNode) {
+			t.Errorf("waiter whose node was deleted: %v, want an error wrapping zk.ErrNoNode", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter whose node was deleted still waits")
+	}
+}

@@ -340,14 +340,20 @@ func (s *session) moveDrained(ctx context.Context, want int) {
 	}
 }
 
-// do runs fn on the session, bounded by ctx. go-zookeeper has no per-call
+// do runs fn on the session, bounded by ctx; at >= 0 is the server the
+// call is forced to, which the session must still be on once the gate lets
+// the call through (a move may have held it). go-zookeeper has no per-call
 // context: on cancellation fn goes on in the background (it ends when the
 // server answers or the connection drops) and do returns ctx.Err(). A
 // cancelled write's outcome is therefore unknown, as with any timeout.
-func do[T any](ctx context.Context, s *session, fn func(*zk.Conn) (T, error)) (T, error) {
+func do[T any](ctx context.Context, s *session, at int, fn func(*zk.Conn) (T, error)) (T, error) {
 	var zero T
 	if err := s.gate.enter(ctx); err != nil {
 		return zero, err
+	}
+	if at >= 0 && int(s.cur.Load()) != at {
+		s.gate.leave()
+		return zero, errNotPlaced
 	}
 	if err := s.ensureAuth(ctx); err != nil {
 		s.gate.leave()

@@ -11,14 +11,14 @@ import (
 // move gate, and for a context that can be cancelled, the goroutine that
 // lets the call be abandoned (go-zookeeper's calls take no context).
 func BenchmarkDo(b *testing.B) {
-	s := &session{}
+	s := &session{c: &Conn{}, authSem: make(chan struct{}, 1)}
 	call := func(*zk.Conn) (int, error) { return 1, nil }
 	b.Run("background", func(b *testing.B) {
 		ctx := context.Background()
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				do(ctx, s, call)
+				do(ctx, s, -1, call)
 			}
 		})
 	})
@@ -28,7 +28,7 @@ func BenchmarkDo(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				do(ctx, s, call)
+				do(ctx, s, -1, call)
 			}
 		})
 	})
