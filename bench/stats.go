@@ -56,18 +56,22 @@ type Metric struct {
 	Name     string
 	Decimals int
 	Get      func(Result) float64
+	// Share marks a percentage of a total (a member's share of writes):
+	// policies are compared by the difference in percentage points, as a
+	// ratio of two percentages reads as nonsense ("3.036 (+203.6 %)").
+	Share bool
 }
 
 // Standard metrics.
 var (
-	ReadP50    = Metric{"Read P50 (ms)", 2, func(r Result) float64 { return r.ReadP50ms }}
-	ReadP99    = Metric{"Read P99 (ms)", 2, func(r Result) float64 { return r.ReadP99ms }}
-	WriteP50   = Metric{"Write P50 (ms)", 2, func(r Result) float64 { return r.WriteP50ms }}
-	WriteP99   = Metric{"Write P99 (ms)", 2, func(r Result) float64 { return r.WriteP99ms }}
-	Throughput = Metric{"Tput (ops/s)", 0, func(r Result) float64 { return r.ThroughputOps }}
-	Errors     = Metric{"Errors", 0, func(r Result) float64 { return float64(r.Errors) }}
-	ClientCPU  = Metric{"Client CPU (cores)", 2, func(r Result) float64 { return r.ClientCPU }}
-	ServerCPU  = Metric{"Server CPU (cores)", 2, func(r Result) float64 { return r.ServerCPU }}
+	ReadP50    = Metric{Name: "Read P50 (ms)", Decimals: 2, Get: func(r Result) float64 { return r.ReadP50ms }}
+	ReadP99    = Metric{Name: "Read P99 (ms)", Decimals: 2, Get: func(r Result) float64 { return r.ReadP99ms }}
+	WriteP50   = Metric{Name: "Write P50 (ms)", Decimals: 2, Get: func(r Result) float64 { return r.WriteP50ms }}
+	WriteP99   = Metric{Name: "Write P99 (ms)", Decimals: 2, Get: func(r Result) float64 { return r.WriteP99ms }}
+	Throughput = Metric{Name: "Tput (ops/s)", Decimals: 0, Get: func(r Result) float64 { return r.ThroughputOps }}
+	Errors     = Metric{Name: "Errors", Decimals: 0, Get: func(r Result) float64 { return float64(r.Errors) }}
+	ClientCPU  = Metric{Name: "Client CPU (cores)", Decimals: 2, Get: func(r Result) float64 { return r.ClientCPU }}
+	ServerCPU  = Metric{Name: "Server CPU (cores)", Decimals: 2, Get: func(r Result) float64 { return r.ServerCPU }}
 )
 
 // MemberReadShare is the share of reads (percent, server side when known)
@@ -88,7 +92,7 @@ func MemberWriteShare(i int) Metric {
 
 // memberShare prefers the members' own counts to the router's.
 func memberShare(name string, decimals, i int, counts func(Result) (server, routed []uint64)) Metric {
-	return Metric{name, decimals, func(r Result) float64 {
+	return Metric{Name: name, Decimals: decimals, Share: true, Get: func(r Result) float64 {
 		by, routed := counts(r)
 		if by == nil {
 			by = routed
@@ -110,7 +114,7 @@ func share(by []uint64, i int) float64 {
 
 // ExtraMetric reads Result.Extra[name].
 func ExtraMetric(label, name string, decimals int) Metric {
-	return Metric{label, decimals, func(r Result) float64 {
+	return Metric{Name: label, Decimals: decimals, Get: func(r Result) float64 {
 		if v, ok := r.Extra[name]; ok {
 			return v
 		}
@@ -154,9 +158,22 @@ func (c *Comparison) Ratio(policy string, m Metric) Summary {
 	return Summarize(xs)
 }
 
+// Diff returns policy − baseline for m, paired trial by trial.
+func (c *Comparison) Diff(policy string, m Metric) Summary {
+	var xs []float64
+	a, b := c.Trials[policy], c.Trials[c.Baseline]
+	for k := range min(len(a), len(b)) {
+		if x, y := m.Get(a[k]), m.Get(b[k]); !math.IsNaN(x) && !math.IsNaN(y) {
+			xs = append(xs, x-y)
+		}
+	}
+	return Summarize(xs)
+}
+
 // Markdown renders the comparison as the paper's tables do: one row per
 // metric, mean ± sd per policy, and each policy's ratio to the baseline
-// (paired by trial, mean ± sd) with the % change of the mean ratio.
+// (paired by trial, mean ± sd) with the % change of the mean ratio; for a
+// share, the difference in percentage points instead.
 func (c *Comparison) Markdown() string {
 	var b strings.Builder
 	title := c.Scenario
@@ -189,6 +206,14 @@ func (c *Comparison) Markdown() string {
 			fmt.Fprintf(&b, " %s |", c.Summary(p, m).Format(m.Decimals))
 		}
 		for _, p := range others {
+			if m.Share {
+				if d := c.Diff(p, m); !math.IsNaN(d.Mean) {
+					fmt.Fprintf(&b, " %+.1f ± %.1f pp |", d.Mean, d.SD)
+				} else {
+					b.WriteString(" – |")
+				}
+				continue
+			}
 			r := c.Ratio(p, m)
 			if math.IsNaN(r.Mean) {
 				b.WriteString(" – |")

@@ -67,7 +67,7 @@ func TestRatioIsPairedByTrial(t *testing.T) {
 		"#### healthy · 80/20",
 		"| Metric | round_robin | hybrid | hybrid / round_robin |",
 		"| Write P50 (ms) | 6.00 ± 2.83 | 3.00 ± 1.41 | 0.500 ± 0.000 (-50.0%) |",
-		"| Reads to m1 (%) | 50.00 ± 0.00 | 25.00 ± 0.00 | 0.500 ± 0.000 (-50.0%) |",
+		"| Reads to m1 (%) | 50.00 ± 0.00 | 25.00 ± 0.00 | -25.0 ± 0.0 pp |",
 		"2 trial(s) per policy, interleaved.",
 	} {
 		if !strings.Contains(md, want) {

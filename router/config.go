@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/oproute/oproute/ewma"
 )
 
 // Policy names, one per policy. Hybrid is the default.
@@ -37,7 +39,8 @@ type Config struct {
 	// out of every rotation until a probe succeeds again. Default is 2.
 	UnreachableAfter int
 
-	// Alpha is the EWMA weight of the newest latency sample. Default is 0.3.
+	// Alpha is the EWMA weight of the newest latency sample. Default is
+	// ewma.DefaultAlpha (0.3, the paper's).
 	Alpha float64
 	// EjectRatio (ρ) ejects a member from the read pool when its read EWMA
 	// exceeds ρ × the median of the members' read EWMAs. Default is 2.
@@ -144,7 +147,7 @@ func (c *Config) setDefaults() {
 		c.UnreachableAfter = 2
 	}
 	if c.Alpha == 0 {
-		c.Alpha = 0.3
+		c.Alpha = ewma.DefaultAlpha
 	}
 	if c.EjectRatio == 0 {
 		c.EjectRatio = 2

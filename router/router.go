@@ -526,9 +526,6 @@ func (r *Router) WaitProbed(timeout time.Duration) error {
 	}
 }
 
-// Rounds returns how many probe rounds have completed.
-func (r *Router) Rounds() uint64 { return r.rounds.Load() }
-
 func (r *Router) toLeader(s *snapshot) (int, bool) {
 	if s.leader >= 0 {
 		return s.leader, true

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -119,5 +122,25 @@ func TestAskKeepsAnswersPaired(t *testing.T) {
 	p.answered("accepted 2")
 	if a := <-got; a != "accepted 2" {
 		t.Fatalf("second question got %q, want its own answer", a)
+	}
+}
+
+// A cluster leaves nothing in the temporary directory once closed: not its
+// work directory, not the member binary a race build compiles (it runs from
+// memory).
+func TestNothingLeftInTmp(t *testing.T) {
+	leftovers := func() []string {
+		got, _ := filepath.Glob(filepath.Join(os.TempDir(), "oproute-*"))
+		return got
+	}
+	before := leftovers()
+	c := StartEtcdT(t, EtcdOptions{})
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range leftovers() {
+		if !slices.Contains(before, p) {
+			t.Errorf("left behind: %s", p)
+		}
 	}
 }

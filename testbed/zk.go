@@ -22,6 +22,12 @@ import (
 // (its manifest names the other jars it needs) and the logging it runs with.
 const ZooKeeperClassPath = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar"
 
+// ClassPathEnv names the environment variable that points the test bed at
+// another ZooKeeper install: a Java class path (jars separated by ':') that
+// holds QuorumPeerMain, its dependencies (Netty too, for ClientTLS) and an
+// slf4j binding to log4j 1.2. ZKOptions.ClassPath overrides it.
+const ClassPathEnv = "OPROUTE_ZK_CLASSPATH"
+
 // ZooKeeperNettyClassPath is what a server with TLS (NettyServerCnxnFactory)
 // needs besides the Netty jars zookeeper.jar's manifest names: Debian's
 // libnetty-java, a dependency of its zookeeper package, has them.
@@ -29,7 +35,7 @@ const ZooKeeperNettyClassPath = "/usr/share/java/netty-codec.jar:/usr/share/java
 	"/usr/share/java/netty-transport-native-unix-common.jar"
 
 // ErrNoZooKeeper: the ZooKeeper server jars are not installed.
-var ErrNoZooKeeper = errors.New("testbed: ZooKeeper not installed (apt-get install -y --no-install-recommends zookeeper)")
+var ErrNoZooKeeper = errors.New("testbed: ZooKeeper not installed (apt-get install -y --no-install-recommends zookeeper, or point " + ClassPathEnv + " at an install)")
 
 // ZKOptions configures StartZK.
 type ZKOptions struct {
@@ -52,7 +58,8 @@ type ZKOptions struct {
 	// test bed, through its proxies, is 127.0.0.1). Default 0, unlimited;
 	// ZooKeeper's own default is 60.
 	MaxClientCnxns int
-	// ClassPath overrides ZooKeeperClassPath (and, with ClientTLS,
+	// ClassPath overrides $OPROUTE_ZK_CLASSPATH (ClassPathEnv), which
+	// overrides ZooKeeperClassPath (and, with ClientTLS,
 	// ZooKeeperNettyClassPath).
 	ClassPath string
 	// ClientTLS serves clients over TLS (secureClientPort, Netty, PEM stores
@@ -123,6 +130,9 @@ func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
 	}
 	if opts.HeapMB == 0 {
 		opts.HeapMB = 192
+	}
+	if opts.ClassPath == "" {
+		opts.ClassPath = os.Getenv(ClassPathEnv)
 	}
 	if opts.ClassPath == "" {
 		opts.ClassPath = ZooKeeperClassPath

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/serviceconfig"
 	"google.golang.org/grpc/status"
 
-	"github.com/oproute/oproute/pool"
+	"github.com/oproute/oproute/internal/pool"
 	"github.com/oproute/oproute/router"
 )
 
@@ -120,11 +120,10 @@ func (b *lb) ResolverError(err error) {
 	}
 }
 
-func (b *lb) UpdateSubConnState(sc balancer.SubConn, s balancer.SubConnState) {
-	if b.inner != nil {
-		b.inner.UpdateSubConnState(sc, s)
-	}
-}
+// UpdateSubConnState is never called: the base balancer's SubConns report
+// their state through their own StateListener. The balancer.Balancer
+// interface still lists it.
+func (b *lb) UpdateSubConnState(balancer.SubConn, balancer.SubConnState) {}
 
 func (b *lb) Close() {
 	if b.inner != nil {
@@ -133,8 +132,8 @@ func (b *lb) Close() {
 }
 
 func (b *lb) ExitIdle() {
-	if ei, ok := b.inner.(balancer.ExitIdler); ok {
-		ei.ExitIdle()
+	if b.inner != nil {
+		b.inner.ExitIdle()
 	}
 }
 

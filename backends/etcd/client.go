@@ -18,7 +18,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/oproute/oproute/pool"
+	"github.com/oproute/oproute/internal/members"
+	"github.com/oproute/oproute/internal/pool"
 	"github.com/oproute/oproute/router"
 )
 
@@ -51,11 +52,8 @@ var (
 )
 
 type options struct {
-	policy         string
+	members.Options
 	connsPerMember int
-	zones          map[string]string
-	clientZone     string
-	tune           func(*router.Config)
 }
 
 // Option configures New.
@@ -63,7 +61,7 @@ type Option func(*options)
 
 // WithPolicy picks the routing policy by name (router.Policies()). Default
 // is router.Hybrid.
-func WithPolicy(name string) Option { return func(o *options) { o.policy = name } }
+func WithPolicy(name string) Option { return func(o *options) { o.Policy = name } }
 
 // WithConnsPerMember sets how many gRPC connections are kept per member.
 // Default is pool.DefaultSize (3), whatever the policy, so that policies
@@ -73,13 +71,13 @@ func WithConnsPerMember(n int) Option { return func(o *options) { o.connsPerMemb
 // WithZones places endpoints in zones and names the client's zone;
 // serializable reads prefer members in the client's zone.
 func WithZones(clientZone string, endpointZones map[string]string) Option {
-	return func(o *options) { o.clientZone, o.zones = clientZone, endpointZones }
+	return func(o *options) { o.ClientZone, o.Zones = clientZone, endpointZones }
 }
 
 // WithRouterConfig lets the caller adjust the router's parameters (probe
 // interval, ejection ratio, …) after the defaults are set. Members and
 // Prober belong to the backend and are overwritten.
-func WithRouterConfig(tune func(*router.Config)) Option { return func(o *options) { o.tune = tune } }
+func WithRouterConfig(tune func(*router.Config)) Option { return func(o *options) { o.Tune = tune } }
 
 // WithLeader makes the RPCs under ctx go to the leader whatever their class.
 func WithLeader(ctx context.Context) context.Context { return router.WithLeader(ctx) }
@@ -114,7 +112,7 @@ var clientSeq atomic.Uint64
 // member has answered a probe) and fails with ErrUnreachable if no member
 // answers in time.
 func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
-	o := options{policy: router.Hybrid, connsPerMember: pool.DefaultSize}
+	o := options{connsPerMember: pool.DefaultSize}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -124,30 +122,18 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, ErrNoEndpoints
 	}
-	members := make([]router.Member, len(cfg.Endpoints))
-	byAddr := map[string]int{}
-	for i, ep := range cfg.Endpoints {
-		addr, err := hostPort(ep)
-		if err != nil {
-			return nil, err
-		}
-		if _, dup := byAddr[addr]; dup {
-			return nil, fmt.Errorf("%w: endpoint %q", router.ErrDuplicateMember, ep)
-		}
-		byAddr[addr] = i
-		members[i] = router.Member{ID: ep, Addr: addr, Zone: o.zones[ep]}
+	ms, byAddr, err := members.Build(cfg.Endpoints, hostPort, o.Zones)
+	if err != nil {
+		return nil, err
 	}
 
 	c := &Client{id: "c" + strconv.FormatUint(clientSeq.Add(1), 10), index: map[string]int{}}
 	c.streams = newStreams(func() *router.Router { return c.routerReady.Load() })
-	for i, m := range members {
+	for i, m := range ms {
 		c.index[m.ID] = i
 	}
-	rcfg := router.Config{Policy: o.policy, ClientZone: o.clientZone}
-	if o.tune != nil {
-		o.tune(&rcfg)
-	}
-	rcfg.Members, rcfg.Prober = members, router.ProberFunc(c.probe)
+	rcfg := o.Config(router.Config{Policy: router.Hybrid})
+	rcfg.Members, rcfg.Prober = ms, router.ProberFunc(c.probe)
 	userRefresh := rcfg.OnRefresh
 	rcfg.OnRefresh = func() {
 		c.streams.moveOff()
@@ -269,9 +255,6 @@ func authRefused(err error) bool {
 	}
 	return false
 }
-
-// Router returns the client's router.
-func (c *Client) Router() *router.Router { return c.router }
 
 // Stats returns where operations went, the leader, ejections and fallbacks.
 func (c *Client) Stats() router.Stats { return c.router.Stats() }

@@ -57,7 +57,8 @@ var etcdServerErrors = map[string]struct {
 	"ErrGRPCLearnerNotReady":        {rpctypes.ErrGRPCLearnerNotReady, router.AppError},
 	"ErrGRPCTooManyLearners":        {rpctypes.ErrGRPCTooManyLearners, router.AppError},
 	"ErrGRPCClusterIDMismatch":      {rpctypes.ErrGRPCClusterIDMismatch, router.MemberFault},
-	"ErrGRPCClusterIdMismatch":      {rpctypes.ErrGRPCClusterIdMismatch, router.MemberFault}, //nolint:staticcheck // deprecated alias, still defined
+	//lint:ignore SA1019 a deprecated alias, still defined: the test walks every ErrGRPC* value
+	"ErrGRPCClusterIdMismatch": {rpctypes.ErrGRPCClusterIdMismatch, router.MemberFault},
 
 	"ErrGRPCRequestTooLarge":        {rpctypes.ErrGRPCRequestTooLarge, router.AppError},
 	"ErrGRPCRequestTooManyRequests": {rpctypes.ErrGRPCRequestTooManyRequests, router.Overloaded},

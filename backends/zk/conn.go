@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/oproute/oproute/internal/members"
 	"github.com/oproute/oproute/router"
 )
 
@@ -45,7 +46,7 @@ var (
 var errNotPlaced = fmt.Errorf("%w: the call is forced to a server its session cannot be placed on", ErrUnreachable)
 
 type options struct {
-	policy         string
+	members.Options
 	stale          bool
 	quorum         bool
 	connectTimeout time.Duration
@@ -55,9 +56,6 @@ type options struct {
 	err            error  // a nonsense option, reported by Connect
 	logger         zk.Logger
 	onEvent        zk.EventCallback
-	zones          map[string]string
-	clientZone     string
-	tune           func(*router.Config)
 }
 
 // Option configures Connect.
@@ -66,7 +64,7 @@ type Option func(*options)
 // WithPolicy picks the routing policy by name (router.Policies()). Default
 // is router.Hybrid. router.Sticky behaves as go-zookeeper's own client: one
 // session on one server for everything.
-func WithPolicy(name string) Option { return func(o *options) { o.policy = name } }
+func WithPolicy(name string) Option { return func(o *options) { o.Policy = name } }
 
 // WithStaleReads makes Get, Exists and Children (and their watch variants)
 // plain ZooKeeper reads, served by whichever server the router picks from
@@ -135,12 +133,12 @@ func WithEventCallback(cb zk.EventCallback) Option { return func(o *options) { o
 // WithZones places the client and the servers (keyed as given to Connect)
 // in zones; stale reads prefer servers in the client's zone.
 func WithZones(clientZone string, serverZones map[string]string) Option {
-	return func(o *options) { o.clientZone, o.zones = clientZone, serverZones }
+	return func(o *options) { o.ClientZone, o.Zones = clientZone, serverZones }
 }
 
 // WithRouterConfig adjusts the router's configuration (intervals, ejection
 // thresholds, seed…) before it starts. Members and Prober are the Conn's.
-func WithRouterConfig(tune func(*router.Config)) Option { return func(o *options) { o.tune = tune } }
+func WithRouterConfig(tune func(*router.Config)) Option { return func(o *options) { o.Tune = tune } }
 
 // WithLeader makes the call go to the leader, whatever the policy.
 func WithLeader(ctx context.Context) context.Context { return router.WithLeader(ctx) }
@@ -225,7 +223,7 @@ const eventBuffer = 64
 // if no server answers. The channel carries the primary session's events,
 // as zk.Connect's does.
 func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*Conn, <-chan zk.Event, error) {
-	o := options{policy: router.Hybrid, logger: log.Default()}
+	o := options{logger: log.Default()}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -250,26 +248,18 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	if o.dialer == nil {
 		o.dialer = net.DialTimeout
 	}
-	c := &Conn{sessionTimeout: sessionTimeout, o: o, byAddr: map[string]int{},
+	ms, byAddr, err := members.Build(servers, hostPort, o.Zones)
+	if err != nil {
+		return nil, nil, err
+	}
+	c := &Conn{sessionTimeout: sessionTimeout, o: o, members: ms, byAddr: byAddr,
 		events: make(chan zk.Event, eventBuffer), done: make(chan struct{})}
+	for _, m := range ms {
+		c.addrs = append(c.addrs, m.Addr)
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	for i, srv := range servers {
-		addr, err := hostPort(srv)
-		if err != nil {
-			return nil, nil, err
-		}
-		if _, dup := c.byAddr[addr]; dup {
-			return nil, nil, fmt.Errorf("%w: server %q", router.ErrDuplicateMember, srv)
-		}
-		c.byAddr[addr] = i
-		c.addrs = append(c.addrs, addr)
-		c.members = append(c.members, router.Member{ID: srv, Addr: addr, Zone: o.zones[srv]})
-	}
 	c.mem = make([]*session, len(c.members))
-	rcfg := router.Config{Policy: o.policy, ClientZone: o.clientZone, MinEjectGap: DefaultMinEjectGap}
-	if o.tune != nil {
-		o.tune(&rcfg)
-	}
+	rcfg := o.Config(router.Config{Policy: router.Hybrid, MinEjectGap: DefaultMinEjectGap})
 	c.cbWake, c.cbStop, c.cbDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	if o.onEvent != nil {
 		go c.dispatchCallbacks()
@@ -595,9 +585,6 @@ func mapRouterErr(err error) error {
 	}
 	return fmt.Errorf("oproute/zk: %w", err)
 }
-
-// Router returns the router, for its statistics.
-func (c *Conn) Router() *router.Router { return c.r }
 
 // Stats returns the router's statistics.
 func (c *Conn) Stats() router.Stats { return c.r.Stats() }

@@ -143,7 +143,7 @@ func headerText(opts bench.Options, scenario string) string {
 		backend += " (zk-* scenarios: zk)"
 	}
 	fmt.Fprintf(&b, "routebench: backend %s, scenario %s, %d trial(s) per policy, interleaved\n", backend, scenario, opts.Trials)
-	fmt.Fprintf(&b, "workload: %.0f%% reads, %d keys, %d-byte values, %d key(s) per read, %d closed-loop workers (default %d: two cores saturate near 64), %v measured after %v warm-up, %d connections per member\n",
+	fmt.Fprintf(&b, "workload: %.0f%% reads, %d keys, %d-byte values, %d key(s) per read, %d closed-loop workers (default %d: two cores saturate near 16), %v measured after %v warm-up, %d connections per member\n",
 		100*w.ReadRatio, w.Keys, w.ValueSize, w.RangeSize, w.Workers, bench.DefaultWorkers, w.Duration, w.Warmup, w.ConnsPerMember)
 	if len(opts.Endpoints) > 0 {
 		fmt.Fprintf(&b, "cluster: external %v\n", opts.Endpoints)
@@ -152,8 +152,12 @@ func headerText(opts bench.Options, scenario string) string {
 		if opts.Topology != nil {
 			topo = *opts.Topology
 		}
-		fmt.Fprintf(&b, "cluster: test bed on 127.0.0.1, zones %v, client in zone %s, one-way %v in a zone and %v across (±%.0f%% jitter), peer links shaped alike; each member its own process\n",
-			topo.Zones, topo.ClientZone, time.Duration(topo.SameZone), time.Duration(topo.CrossZone), 100*topo.Jitter)
+		leader := "whoever wins the election"
+		if topo.Leader >= 0 {
+			leader = fmt.Sprintf("m%d (zone %s), moved back before every trial", topo.Leader, topo.Zones[topo.Leader])
+		}
+		fmt.Fprintf(&b, "cluster: test bed on 127.0.0.1, zones %v, client in zone %s, one-way %v in a zone and %v across (±%.0f%% jitter), peer links shaped alike; each member its own process; leader %s\n",
+			topo.Zones, topo.ClientZone, time.Duration(topo.SameZone), time.Duration(topo.CrossZone), 100*topo.Jitter, leader)
 	}
 	fmt.Fprintf(&b, "machine: %d CPUs, %s; latencies are closed-loop service times (see bench docs)\n", runtime.NumCPU(), runtime.Version())
 	return b.String()

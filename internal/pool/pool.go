@@ -50,19 +50,3 @@ func (p *Pool[C]) Get(i int) (C, bool) {
 	}
 	return s.conns[(s.next.Add(1)-1)%uint32(len(s.conns))], true
 }
-
-// Ready returns how many connections member i has ready.
-func (p *Pool[C]) Ready(i int) int {
-	if p == nil || i < 0 || i >= len(p.members) {
-		return 0
-	}
-	return len(p.members[i].conns)
-}
-
-// Members returns the number of members the pool was built for.
-func (p *Pool[C]) Members() int {
-	if p == nil {
-		return 0
-	}
-	return len(p.members)
-}

@@ -1,0 +1,45 @@
+package etcd_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/oproute/oproute/backends/etcd"
+	"github.com/oproute/oproute/testbed"
+)
+
+// Example is the README's etcd snippet, run against a throw-away 3-member
+// cluster on loopback (its first member leads).
+func Example() {
+	cluster, err := testbed.StartEtcd(context.Background(), testbed.EtcdOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cluster.Close()
+	endpoints := cluster.Endpoints()
+
+	cli, err := etcd.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	if _, err := cli.Put(ctx, "greeting", "hello"); err != nil { // to the leader
+		log.Fatal(err)
+	}
+	resp, err := cli.Get(ctx, "greeting") // linearizable, spread over the healthy read pool
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(string(resp.Kvs[0].Value))
+	fmt.Println(cli.Stats().Leader == endpoints[0]) // where writes go now
+	// Output:
+	// hello
+	// true
+}

@@ -1,0 +1,52 @@
+package zk_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	ozk "github.com/oproute/oproute/backends/zk"
+	"github.com/oproute/oproute/testbed"
+)
+
+// Example is the README's ZooKeeper snippet, run against a throw-away
+// 3-server ensemble on loopback.
+func Example() {
+	ensemble, err := testbed.StartZK(context.Background(), testbed.ZKOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ensemble.Close()
+	servers := ensemble.Endpoints()
+
+	conn, events, err := ozk.Connect(servers, 10*time.Second, ozk.WithLogger(quiet{}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	go func() {
+		for ev := range events { // the primary session's events, as zk.Connect's
+			if ev.State == zk.StateExpired {
+				log.Print("session expired: its ephemeral nodes are gone")
+			}
+		}
+	}()
+
+	acl := zk.WorldACL(zk.PermAll)
+	if _, err := conn.Create("/app", nil, 0, acl); err != nil && err != zk.ErrNodeExists { // to the leader
+		log.Fatal(err)
+	}
+	node, err := conn.Create("/app/member-", []byte("ready"), zk.FlagEphemeralSequential, acl) // on the primary session
+	if err != nil {
+		log.Fatal(err)
+	}
+	data, _, err := conn.Get(node) // sync + read, spread over the healthy servers
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(string(data))
+	// Output: ready
+}

@@ -1,0 +1,41 @@
+// Package readme checks that the README's Go programs build as pasted.
+package readme
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+)
+
+// TestSnippetsBuild vets every complete program (a ```go block starting
+// with "package main") in README.md, in a directory of this module that
+// the go command's ./... skips (its name starts with "_"), removed after.
+func TestSnippetsBuild(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```go\n(package main\n.*?)```").FindAllSubmatch(readme, -1)
+	if len(blocks) < 2 {
+		t.Fatalf("%d complete programs in README.md, want the etcd and ZooKeeper ones", len(blocks))
+	}
+	for i, b := range blocks {
+		dir, err := os.MkdirTemp(".", "_snippet")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		if err := os.WriteFile(filepath.Join(dir, "main.go"), b[1], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command("go", "vet", "./"+dir).CombinedOutput()
+		if err != nil {
+			t.Errorf("README program %d does not build as pasted: %v\n%s", i+1, err, out)
+		}
+		if out, _ := exec.Command("gofmt", "-l", dir).Output(); len(out) > 0 {
+			t.Errorf("README program %d is not gofmt'd", i+1)
+		}
+	}
+}
