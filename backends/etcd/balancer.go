@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -31,6 +32,17 @@ type routerEntry struct {
 	r              *router.Router
 	connsPerMember int
 	byAddr         map[string]int // member address → index
+	// connected holds the members with a ready connection in the newest
+	// picker (nil before the first), for the prober: probing a member with
+	// none would only fail, and clientv3's retry interceptor would log each
+	// attempt as a warning.
+	connected atomic.Pointer[[]int]
+}
+
+// isConnected reports whether member idx has a ready connection.
+func (e *routerEntry) isConnected(idx int) bool {
+	c := e.connected.Load()
+	return c != nil && slices.Contains(*c, idx)
 }
 
 type lbConfig struct {
@@ -144,6 +156,11 @@ type pickerBuilder struct {
 
 func (pb *pickerBuilder) Build(info base.PickerBuildInfo) balancer.Picker {
 	p := pb.build(info)
+	var ready []int
+	if rp, ok := p.(*picker); ok {
+		ready = rp.ready
+	}
+	pb.entry.connected.Store(&ready)
 	if rp, ok := p.(*picker); ok {
 		if len(rp.ready) > pb.ready {
 			// A member just became reachable: probe now rather than at

@@ -36,6 +36,7 @@ type Client struct {
 	// routerReady is router once New has it: the probe loop's hook starts
 	// before New returns.
 	routerReady atomic.Pointer[router.Router]
+	entry       atomic.Pointer[routerEntry] // the balancer's view, for the prober
 }
 
 // Sentinel errors, besides the router's (router.ErrDuplicateMember,
@@ -50,6 +51,9 @@ var (
 	// It wraps router.ErrUnreachable.
 	ErrUnreachable = fmt.Errorf("oproute/etcd: %w", router.ErrUnreachable)
 )
+
+// errNotConnected: a probe found its member without a ready connection.
+var errNotConnected = errors.New("no ready connection")
 
 type options struct {
 	members.Options
@@ -147,7 +151,9 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 	}
 	c.router = r
 	c.routerReady.Store(r)
-	routers.Store(c.id, &routerEntry{r: r, connsPerMember: o.connsPerMember, byAddr: byAddr})
+	entry := &routerEntry{r: r, connsPerMember: o.connsPerMember, byAddr: byAddr}
+	c.entry.Store(entry)
+	routers.Store(c.id, entry)
 
 	// etcd's resolver forces round_robin through its service config;
 	// disabling resolver service configs lets our default one name our
@@ -217,7 +223,16 @@ func (c *Client) probe(ctx context.Context, m router.Member) (router.ProbeResult
 	if cli == nil {
 		return router.ProbeResult{}, errors.New("oproute/etcd: client starting")
 	}
-	ctx = context.WithValue(ctx, probeKey{}, c.index[m.ID])
+	idx := c.index[m.ID]
+	if e := c.entry.Load(); e == nil || !e.isConnected(idx) {
+		// Not connected (yet, or any more): the probe fails without a call,
+		// so nothing logs it. Connect takes the channel out of idle (gRPC
+		// dials nothing before the first call or Connect) and is a no-op
+		// once it is active; gRPC dials the members in the background.
+		cli.ActiveConnection().Connect()
+		return router.ProbeResult{}, fmt.Errorf("status of %s: %w", m.ID, errNotConnected)
+	}
+	ctx = context.WithValue(ctx, probeKey{}, idx)
 	resp, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(false))
 	if err != nil {
 		if authRefused(err) {

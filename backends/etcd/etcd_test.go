@@ -12,8 +12,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/oproute/oproute/backends/etcd"
+	"github.com/oproute/oproute/conformance"
 	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/testbed"
 )
@@ -451,5 +453,59 @@ func TestFleetStreams(t *testing.T) {
 	}
 	if used < 2 {
 		t.Errorf("%d clients' watch streams all on one member: %v", fleet, w)
+	}
+}
+
+// Probes of a member without a ready connection (at start-up, or while it
+// is down) fail quietly: they used to go through clientv3's retry
+// interceptor, which logged every attempt at warn level ("retrying of
+// unary invoker failed … Maintenance/Status … has no ready connection").
+// A probe in flight when its member dies still fails through it, and that
+// one is logged.
+func TestProbesDoNotWarnWhileConnecting(t *testing.T) {
+	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
+	core, logs := observer.New(zap.WarnLevel)
+	cli, err := etcd.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.New(core), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	probeWarnings := func() (all, notReady int) {
+		for _, e := range logs.All() {
+			if ctx := fmt.Sprint(e.ContextMap()); strings.Contains(ctx, "Maintenance/Status") {
+				all++
+				if strings.Contains(ctx, "no ready connection") {
+					notReady++
+				}
+			}
+		}
+		return all, notReady
+	}
+	conformance.Poll(t, 10*time.Second, "every member probed", func() bool {
+		for _, m := range cli.Stats().Members {
+			if !m.ProbeOK {
+				return false
+			}
+		}
+		return true
+	})
+	if all, _ := probeWarnings(); all > 0 {
+		t.Errorf("%d probe warnings at start-up", all)
+	}
+	if err := c.Kill(2); err != nil { // a member down: its connection is never ready again
+		t.Fatal(err)
+	}
+	conformance.Poll(t, 10*time.Second, "the killed member unreachable", func() bool { return !cli.Stats().Members[2].Reachable })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 20 {
+		if _, err := cli.Put(ctx, "k", "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, notReady := probeWarnings()
+	t.Logf("%d warnings logged, %d about probes, %d of them 'no ready connection'", logs.Len(), all, notReady)
+	if notReady > 0 || all > 1 {
+		t.Errorf("%d probe warnings (%d 'no ready connection'), want at most the one in flight when the member died", all, notReady)
 	}
 }
