@@ -128,6 +128,13 @@ type Config struct {
 	// (ZooKeeper sessions) use it to move them. It must not block for long:
 	// the next round waits for it.
 	OnRefresh func()
+
+	// OnEvent, when set, is told of each routing change worth a log line
+	// (leader changed or lost, a member unreachable or back, out of the
+	// read pool or back, with the evidence): SlogEvents(logger) logs them.
+	// It is called from the probing goroutine with the router's lock held:
+	// it must not block or call the router.
+	OnEvent func(Event)
 }
 
 // DefaultProbeInterval is Config.ProbeInterval's default.

@@ -81,10 +81,11 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 		}
 		if o.err != nil {
 			h.probeFailures++
+			h.totalProbeFailures++
 			continue
 		}
 		h.probeFailures = 0
-		h.lastProbe, h.probed = o.res, true
+		h.lastProbe, h.probed, h.reached = o.res, true, true
 		if gen >= h.forgottenAt {
 			h.forgotten = false
 		}
@@ -142,7 +143,9 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 	}
 	benched := r.benchedLocked(reachable, leader)
 	ejected := r.ejectionsLocked(reachable, benched, now)
-	r.snap.Store(r.buildSnapshot(leader, reachable, ejected, benched, sticky))
+	next := r.buildSnapshot(leader, reachable, ejected, benched, sticky)
+	r.eventsLocked(prev, next)
+	r.snap.Store(next)
 	r.rounds.Add(1)
 }
 
@@ -451,6 +454,7 @@ func (r *Router) readmitLocked(h *memberHealth, median time.Duration, now time.T
 		median = r.cfg.InitialLatency
 	}
 	h.ejected = false
+	h.readmissions++
 	h.read.Reset(median)
 	h.readFailStreak.Store(0)
 	h.freshInLine.Store(0)

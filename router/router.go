@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/oproute/oproute/ewma"
 )
 
@@ -26,6 +28,10 @@ type Router struct {
 	timed   [numOps]bool // the policy consumes this class's latency
 
 	snap atomic.Pointer[snapshot]
+	// readHist holds each member's read latency observer once Collector has
+	// been called (nil before: Pick and Done then skip it). Read by every
+	// pick, written once: it shares the line of the fields above.
+	readHist atomic.Pointer[[]prometheus.Observer]
 
 	// The two cursors are written on almost every pick: each gets its own
 	// cache line, away from the fields above that every pick reads.
@@ -39,6 +45,9 @@ type Router struct {
 	fallbacks     atomic.Uint64
 	forgets       atomic.Uint64 // bumped by forgetLeader
 	rounds        atomic.Uint64 // completed probe rounds
+
+	collectorOnce sync.Once
+	collector     *collector
 	// readMedian is the median read EWMA of the judged members at the last
 	// probe round (ns), 0 while unknown: the yardstick for censored samples
 	// and for an ejected member's fresh reads.
@@ -85,16 +94,22 @@ type memberHealth struct {
 	// last good probe, so its last claim to lead is not carried over a
 	// failed probe (electedLeader). forgottenAt is r.forgets after that
 	// failure: only a probe from a round that began later clears it.
-	forgotten    bool
-	forgottenAt  uint64
-	window       failureWindow
-	ejected      bool      // ejected on reads' evidence; survives a spell on the bench
-	ejectWhy     string    // why it was ejected
-	benchWhy     string    // why its probes bench it, "" when they do not
-	ejectUntil   time.Time // the least end of the current ejection
-	ejections    int       // ejections not yet forgiven: the backoff's exponent
-	totalEjected uint64
-	admittedAt   time.Time // last readmission
+	forgotten     bool
+	forgottenAt   uint64
+	window        failureWindow
+	ejected       bool      // ejected on reads' evidence; survives a spell on the bench
+	ejectWhy      string    // why it was ejected
+	benchWhy      string    // why its probes bench it, "" when they do not
+	ejectUntil    time.Time // the least end of the current ejection
+	ejections     int       // ejections not yet forgiven: the backoff's exponent
+	totalEjected  uint64
+	readmissions  uint64
+	reached       bool // a probe has succeeded
+	downAnnounced bool // an EventUnreachable was sent and no EventReachable since
+	// totalProbeFailures counts every failed probe (probeFailures only
+	// those in a row).
+	totalProbeFailures uint64
+	admittedAt         time.Time // last readmission
 
 	_ [64]byte // keep neighbours' hot counters off this cache line
 }
@@ -203,6 +218,7 @@ type Pick struct {
 	start        time.Duration // since r.epoch; 0 when the policy ignores latency
 	leaderPinned bool
 	probing      bool   // an ejected member's probe-share read
+	observe      bool   // a read whose latency goes to the histogram
 	busyEpoch    uint64 // the member's busyEpoch at the pick, for timed ops
 }
 
@@ -235,7 +251,8 @@ func (r *Router) Pick(ctx context.Context, op Op) (Pick, error) {
 	h.ops[op].Add(1)
 	p.Member = r.members[p.Index]
 	p.busyEpoch = h.busyEpoch.Load()
-	if r.timed[op] {
+	p.observe = op.IsRead() && r.readHist.Load() != nil
+	if r.timed[op] || p.observe {
 		p.start = r.elapsed()
 	}
 	return p, nil
@@ -309,7 +326,7 @@ func (p Pick) Done(o Outcome) {
 	}
 	timed := r.timed[p.op]
 	var latency time.Duration
-	if timed {
+	if timed || p.observe {
 		latency = r.elapsed() - p.start
 	}
 	switch o {
@@ -346,6 +363,9 @@ func (p Pick) Done(o Outcome) {
 	}
 	if p.op.IsRead() && h.readFailStreak.Load() != 0 {
 		h.readFailStreak.Store(0)
+	}
+	if p.observe {
+		(*r.readHist.Load())[p.Index].Observe(latency.Seconds())
 	}
 	if !timed {
 		return

@@ -39,7 +39,11 @@ type MemberStats struct {
 	Ejected   bool
 	OutReason string
 	Ejections uint64
-	Leader    bool
+	// Readmissions counts its returns to the read pool after an ejection;
+	// ProbeFailures its failed probes.
+	Readmissions  uint64
+	ProbeFailures uint64
+	Leader        bool
 }
 
 // Reads returns the linearizable and stale reads routed to the member.
@@ -62,13 +66,15 @@ func (r *Router) Stats() Stats {
 	for i := range r.members {
 		h := &r.health[i]
 		ms := MemberStats{
-			Member:      r.members[i],
-			ReadLatency: h.read.Value(),
-			ProbeRTT:    h.probe.Value(),
-			Ejected:     slices.Contains(s.ejected, i) || slices.Contains(s.benched, i),
-			Ejections:   h.totalEjected,
-			Leader:      i == s.leader,
-			ProbeOK:     h.probed && h.probeFailures == 0,
+			Member:        r.members[i],
+			ReadLatency:   h.read.Value(),
+			ProbeRTT:      h.probe.Value(),
+			Ejected:       slices.Contains(s.ejected, i) || slices.Contains(s.benched, i),
+			Ejections:     h.totalEjected,
+			Readmissions:  h.readmissions,
+			ProbeFailures: h.totalProbeFailures,
+			Leader:        i == s.leader,
+			ProbeOK:       h.probed && h.probeFailures == 0,
 		}
 		for _, j := range s.reachable {
 			ms.Reachable = ms.Reachable || i == j

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"slices"
 	"strconv"
@@ -11,8 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -58,6 +61,7 @@ var errNotConnected = errors.New("no ready connection")
 type options struct {
 	members.Options
 	connsPerMember int
+	events         *slog.Logger
 }
 
 // Option configures New.
@@ -82,6 +86,12 @@ func WithZones(clientZone string, endpointZones map[string]string) Option {
 // interval, ejection ratio, …) after the defaults are set. Members and
 // Prober belong to the backend and are overwritten.
 func WithRouterConfig(tune func(*router.Config)) Option { return func(o *options) { o.Tune = tune } }
+
+// WithEventLogger sends the router's events (leader changed or lost, a
+// member unreachable or back, out of the read pool or back, with the
+// evidence; one line per change) to l. By default they go to the client's
+// zap logger (clientv3.Config.Logger, or the one clientv3 makes).
+func WithEventLogger(l *slog.Logger) Option { return func(o *options) { o.events = l } }
 
 // WithLeader makes the RPCs under ctx go to the leader whatever their class.
 func WithLeader(ctx context.Context) context.Context { return router.WithLeader(ctx) }
@@ -138,6 +148,12 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 	}
 	rcfg := o.Config(router.Config{Policy: router.Hybrid})
 	rcfg.Members, rcfg.Prober = ms, router.ProberFunc(c.probe)
+	if rcfg.OnEvent == nil {
+		rcfg.OnEvent = c.logEvent
+		if o.events != nil {
+			rcfg.OnEvent = router.SlogEvents(o.events)
+		}
+	}
 	userRefresh := rcfg.OnRefresh
 	rcfg.OnRefresh = func() {
 		c.streams.moveOff()
@@ -270,6 +286,33 @@ func authRefused(err error) bool {
 	}
 	return false
 }
+
+// logEvent logs a router event on the client's zap logger, as etcd's own
+// client logs: one line, the member and the evidence as fields.
+func (c *Client) logEvent(e router.Event) {
+	cli := c.current.Load()
+	if cli == nil {
+		return
+	}
+	fields := make([]zap.Field, 0, len(e.Attrs)+2)
+	fields = append(fields, zap.String("component", "oproute"))
+	if e.Member != "" {
+		fields = append(fields, zap.String("member", e.Member))
+	}
+	for _, a := range e.Attrs {
+		fields = append(fields, zap.Any(a.Key, a.Value.Any()))
+	}
+	lg := cli.GetLogger()
+	if e.Level() >= slog.LevelWarn {
+		lg.Warn(e.Kind, fields...)
+	} else {
+		lg.Info(e.Kind, fields...)
+	}
+}
+
+// Collector returns the client's Prometheus metrics (router.Collector) for
+// the caller to register; no global registry is touched.
+func (c *Client) Collector() prometheus.Collector { return c.router.Collector() }
 
 // Stats returns where operations went, the leader, ejections and fallbacks.
 func (c *Client) Stats() router.Stats { return c.router.Stats() }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -508,4 +510,109 @@ func TestProbesDoNotWarnWhileConnecting(t *testing.T) {
 	if notReady > 0 || all > 1 {
 		t.Errorf("%d probe warnings (%d 'no ready connection'), want at most the one in flight when the member died", all, notReady)
 	}
+}
+
+// The client's metrics agree with each member's own /metrics, and a
+// member that goes away shows in the metrics and in one warning on the
+// client's zap logger.
+func TestMetricsAndEvents(t *testing.T) {
+	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
+	core, logs := observer.New(zap.InfoLevel)
+	cli, err := etcd.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.New(core), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(cli.Collector()); err != nil {
+		t.Fatal(err)
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %v", problems, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	eps := c.Endpoints()
+	ranges := func() []uint64 {
+		out := make([]uint64, len(eps))
+		for i := range eps {
+			n, err := c.GRPCCounts(ctx, i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[i] = n["etcdserverpb.KV/Range"]
+		}
+		return out
+	}
+	before := ranges()
+	for range 300 {
+		if _, err := cli.Get(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := ranges()
+	for i, ep := range eps {
+		routed := gathered(t, reg, "oproute_operations_total", "member", ep, "class", "linearizable_read", "outcome", "ok")
+		served := float64(after[i] - before[i])
+		t.Logf("m%d: %v reads in the metrics, %v Ranges served by its /metrics", i, routed, served)
+		if routed != served {
+			t.Errorf("m%d: metrics say %v reads, the member served %v", i, routed, served)
+		}
+	}
+	if h := gathered(t, reg, "oproute_read_latency_seconds", "member", eps[1]); h != 100 {
+		t.Errorf("m1's read latency histogram holds %v reads, want 100", h)
+	}
+
+	if err := c.Kill(2); err != nil {
+		t.Fatal(err)
+	}
+	conformance.Poll(t, 10*time.Second, "the killed member down in the metrics", func() bool {
+		return gathered(t, reg, "oproute_member_up", "member", eps[2]) == 0
+	})
+	n := 0
+	for _, e := range logs.FilterMessage(router.EventUnreachable).All() {
+		if e.ContextMap()["member"] == eps[2] && e.Level == zap.WarnLevel {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d %s warnings for the killed member, want 1: %v", n, router.EventUnreachable, logs.All())
+	}
+}
+
+// gathered returns the value (a histogram's sample count) of the one
+// series of name with the given label values.
+func gathered(t *testing.T, g prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if got[labels[i]] != labels[i+1] {
+					continue series
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	t.Fatalf("%s%v not exported", name, labels)
+	return 0
 }

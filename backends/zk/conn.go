@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"net"
 	"runtime"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oproute/oproute/internal/members"
 	"github.com/oproute/oproute/router"
@@ -51,6 +53,7 @@ type options struct {
 	quorum         bool
 	connectTimeout time.Duration
 	dialer         zk.Dialer
+	events         *slog.Logger
 	customDialer   bool   // WithDialer: probes shared with nobody
 	dialerKey      string // names a dialer probes may be shared over
 	err            error  // a nonsense option, reported by Connect
@@ -121,6 +124,18 @@ func tlsDialer(cfg *tls.Config) zk.Dialer {
 		return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, network, addr, c)
 	}
 }
+
+// WithEventLogger sends the Conn's events — the router's (leader changed
+// or lost, a server unreachable or back, out of the read pool or back, with
+// the evidence) and its sessions' (moved, expired) — to l, one line per
+// change. Default: slog.Default().
+func WithEventLogger(l *slog.Logger) Option { return func(o *options) { o.events = l } }
+
+// Session events, besides the router's (router.Event*).
+const (
+	EventSessionMoved   = "zk_session_moved"   // a session was established on another server (attrs from, to)
+	EventSessionExpired = "zk_session_expired" // ZooKeeper expired a session (the primary's: its ephemerals are gone)
+)
 
 // WithLogger sets go-zookeeper's logger. Default: the standard logger.
 func WithLogger(l zk.Logger) Option { return func(o *options) { o.logger = l } }
@@ -194,6 +209,10 @@ type Conn struct {
 	cancel   context.CancelFunc
 	bg       sync.WaitGroup // background moves, waited for by Close
 
+	onEvent  func(router.Event)
+	moves    atomic.Uint64    // sessions established on another server than their last
+	expiries [2]atomic.Uint64 // sessions expired: primary, member
+
 	probeKeys    []probeKey    // per server
 	probeEntries []*probeEntry // shared with the process's other Conns
 	probeMaxAge  time.Duration
@@ -260,6 +279,11 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.mem = make([]*session, len(c.members))
 	rcfg := o.Config(router.Config{Policy: router.Hybrid, MinEjectGap: DefaultMinEjectGap})
+	c.onEvent = rcfg.OnEvent
+	if c.onEvent == nil {
+		c.onEvent = router.SlogEvents(cmp.Or(o.events, slog.Default()))
+		rcfg.OnEvent = c.onEvent
+	}
 	c.cbWake, c.cbStop, c.cbDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	if o.onEvent != nil {
 		go c.dispatchCallbacks()
@@ -343,6 +367,7 @@ func (c *Conn) onPrimaryEvent(ev zk.Event) {
 		// and every call returns zk.ErrSessionExpired, as the Java client's
 		// handle does; the application makes a new Conn.
 		c.expired.Store(true)
+		c.sessionExpired("primary")
 	}
 	// The channel first: an event the callback has seen is on the channel.
 	c.sendEvent(ev)
@@ -442,7 +467,12 @@ func (c *Conn) sessionFor(idx int) (*session, error) {
 	if s := c.mem[idx]; s != nil {
 		return s, nil
 	}
-	s, err := c.newSession(fmt.Sprintf("m%d", idx), idx, func(zk.Event) {})
+	name := fmt.Sprintf("m%d", idx)
+	s, err := c.newSession(name, idx, func(ev zk.Event) {
+		if ev.Type == zk.EventSession && ev.State == zk.StateExpired && !c.closed.Load() {
+			c.sessionExpired(name) // go-zookeeper goes on with a new one
+		}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("oproute/zk: session for %s: %w", c.members[idx].ID, err)
 	}
@@ -584,6 +614,50 @@ func mapRouterErr(err error) error {
 		return ErrClosed
 	}
 	return fmt.Errorf("oproute/zk: %w", err)
+}
+
+func (c *Conn) sessionMoved(s *session, from, to int) {
+	c.moves.Add(1)
+	c.onEvent(router.Event{Kind: EventSessionMoved, Attrs: []slog.Attr{
+		slog.String("session", s.name), slog.String("from", c.members[from].ID), slog.String("to", c.members[to].ID)}})
+}
+
+func (c *Conn) sessionExpired(name string) {
+	if name == "primary" {
+		c.expiries[0].Add(1)
+	} else {
+		c.expiries[1].Add(1)
+	}
+	c.onEvent(router.Event{Kind: EventSessionExpired, Attrs: []slog.Attr{slog.String("session", name)}})
+}
+
+// Collector returns the Conn's Prometheus metrics for the caller to
+// register: the router's (router.Collector) and its sessions'
+// (oproute_zk_session_moves_total, oproute_zk_session_expiries_total with
+// label session = primary or member).
+func (c *Conn) Collector() prometheus.Collector { return &zkCollector{c: c, router: c.r.Collector()} }
+
+var (
+	movesDesc    = prometheus.NewDesc("oproute_zk_session_moves_total", "Sessions established on another server than their last.", nil, nil)
+	expiriesDesc = prometheus.NewDesc("oproute_zk_session_expiries_total", "Sessions ZooKeeper expired.", []string{"session"}, nil)
+)
+
+type zkCollector struct {
+	c      *Conn
+	router prometheus.Collector
+}
+
+func (z *zkCollector) Describe(ch chan<- *prometheus.Desc) {
+	z.router.Describe(ch)
+	ch <- movesDesc
+	ch <- expiriesDesc
+}
+
+func (z *zkCollector) Collect(ch chan<- prometheus.Metric) {
+	z.router.Collect(ch)
+	ch <- prometheus.MustNewConstMetric(movesDesc, prometheus.CounterValue, float64(z.c.moves.Load()))
+	ch <- prometheus.MustNewConstMetric(expiriesDesc, prometheus.CounterValue, float64(z.c.expiries[0].Load()), "primary")
+	ch <- prometheus.MustNewConstMetric(expiriesDesc, prometheus.CounterValue, float64(z.c.expiries[1].Load()), "member")
 }
 
 // Stats returns the router's statistics.

@@ -32,6 +32,7 @@ type session struct {
 	conn   net.Conn
 
 	// Provider state; go-zookeeper calls Next and Connected from one goroutine.
+	last      int // the server it was last established on, -1 before the first
 	attempt   int
 	lostAt    time.Time     // when the session last had no connection
 	backoff   time.Duration // wait after a full pass over the servers
@@ -48,7 +49,7 @@ type session struct {
 }
 
 func (c *Conn) newSession(name string, home int, onEvent zk.EventCallback) (*session, error) {
-	s := &session{c: c, name: name, home: home, authSem: make(chan struct{}, 1)}
+	s := &session{c: c, name: name, home: home, last: -1, authSem: make(chan struct{}, 1)}
 	s.cur.Store(-1)
 	conn, events, err := zk.Connect(c.addrs, c.sessionTimeout,
 		zk.WithHostProvider(s),
@@ -185,8 +186,16 @@ func (s *session) Next() (string, bool) {
 	return s.c.addrs[order[a%n]], retry
 }
 
-// Connected implements zk.HostProvider.
-func (s *session) Connected() { s.attempt = 0 }
+// Connected implements zk.HostProvider. A session established on another
+// server than its last one has moved.
+func (s *session) Connected() {
+	s.attempt = 0
+	cur := int(s.cur.Load())
+	if prev := s.last; prev >= 0 && cur >= 0 && prev != cur {
+		s.c.sessionMoved(s, prev, cur)
+	}
+	s.last = cur
+}
 
 func (s *session) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
 	if s.c.expired.Load() && s.home < 0 {

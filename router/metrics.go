@@ -1,0 +1,100 @@
+package router
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ReadLatencyBuckets are the read latency histogram's buckets: 0.25 ms to
+// about 4 s, doubling.
+var ReadLatencyBuckets = prometheus.ExponentialBuckets(0.00025, 2, 15)
+
+// Collector returns the router's Prometheus metrics as a collector for the
+// caller to register (the router touches no global registry; wrap the
+// registerer with prometheus.WrapRegistererWith to tell clients apart).
+// Read latencies are observed from the first call on; everything else is
+// read from Stats when scraped. The same collector is returned each time.
+//
+//	oproute_operations_total{member,class,outcome}  counter  outcome: ok, error, gave_up
+//	oproute_read_latency_seconds{member}             histogram of answered reads
+//	oproute_member_up{member}                        gauge    1 while reachable
+//	oproute_member_ejected{member}                   gauge    1 while reachable but out of the read pool
+//	oproute_member_leader{member}                    gauge    1 for the member writes go to
+//	oproute_ejections_total{member}                  counter
+//	oproute_readmissions_total{member}               counter
+//	oproute_probe_rtt_seconds{member}                gauge    probe round trip, EWMA
+//	oproute_probe_failures_total{member}             counter
+//	oproute_leader_changes_total                     counter
+//	oproute_fallbacks_total                          counter  leader-bound operations sent round robin (leader unknown)
+func (r *Router) Collector() prometheus.Collector {
+	r.collectorOnce.Do(func() {
+		vec := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "oproute_read_latency_seconds",
+			Help:    "Latency of reads the member answered, as the client saw it.",
+			Buckets: ReadLatencyBuckets,
+		}, []string{"member"})
+		obs := make([]prometheus.Observer, len(r.members))
+		for i, m := range r.members {
+			obs[i] = vec.WithLabelValues(m.ID)
+		}
+		r.readHist.Store(&obs)
+		member := []string{"member"}
+		r.collector = &collector{r: r, latency: vec,
+			ops:           prometheus.NewDesc("oproute_operations_total", "Operations routed to a member, by class and outcome.", []string{"member", "class", "outcome"}, nil),
+			up:            prometheus.NewDesc("oproute_member_up", "1 while the member is reachable (answers probes and serves).", member, nil),
+			ejected:       prometheus.NewDesc("oproute_member_ejected", "1 while the member is reachable but out of the read pool.", member, nil),
+			leader:        prometheus.NewDesc("oproute_member_leader", "1 for the member writes are sent to.", member, nil),
+			ejections:     prometheus.NewDesc("oproute_ejections_total", "Ejections of the member from the read pool.", member, nil),
+			readmissions:  prometheus.NewDesc("oproute_readmissions_total", "Returns of the member to the read pool after an ejection.", member, nil),
+			probeRTT:      prometheus.NewDesc("oproute_probe_rtt_seconds", "The member's probe round trip (EWMA).", member, nil),
+			probeFailures: prometheus.NewDesc("oproute_probe_failures_total", "Failed probes of the member.", member, nil),
+			leaderChanges: prometheus.NewDesc("oproute_leader_changes_total", "Moves of the known leader from one member to another.", nil, nil),
+			fallbacks:     prometheus.NewDesc("oproute_fallbacks_total", "Leader-bound operations sent round robin because the leader was unknown.", nil, nil),
+		}
+	})
+	return r.collector
+}
+
+type collector struct {
+	r       *Router
+	latency *prometheus.HistogramVec
+
+	ops, up, ejected, leader, ejections, readmissions, probeRTT, probeFailures, leaderChanges, fallbacks *prometheus.Desc
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.ops, c.up, c.ejected, c.leader, c.ejections, c.readmissions, c.probeRTT, c.probeFailures, c.leaderChanges, c.fallbacks} {
+		ch <- d
+	}
+	c.latency.Describe(ch)
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.r.Stats()
+	gauge := func(d *prometheus.Desc, v bool, member string) {
+		x := 0.0
+		if v {
+			x = 1
+		}
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, x, member)
+	}
+	for _, m := range st.Members {
+		id := m.Member.ID
+		for op := range numOps {
+			class := Op(op).String()
+			ok := m.Ops[op] - m.Errors[op] - m.GaveUp[op]
+			ch <- prometheus.MustNewConstMetric(c.ops, prometheus.CounterValue, float64(ok), id, class, "ok")
+			ch <- prometheus.MustNewConstMetric(c.ops, prometheus.CounterValue, float64(m.Errors[op]), id, class, "error")
+			ch <- prometheus.MustNewConstMetric(c.ops, prometheus.CounterValue, float64(m.GaveUp[op]), id, class, "gave_up")
+		}
+		gauge(c.up, m.Reachable, id)
+		gauge(c.ejected, m.Ejected, id)
+		gauge(c.leader, m.Leader, id)
+		ch <- prometheus.MustNewConstMetric(c.ejections, prometheus.CounterValue, float64(m.Ejections), id)
+		ch <- prometheus.MustNewConstMetric(c.readmissions, prometheus.CounterValue, float64(m.Readmissions), id)
+		ch <- prometheus.MustNewConstMetric(c.probeRTT, prometheus.GaugeValue, m.ProbeRTT.Seconds(), id)
+		ch <- prometheus.MustNewConstMetric(c.probeFailures, prometheus.CounterValue, float64(m.ProbeFailures), id)
+	}
+	ch <- prometheus.MustNewConstMetric(c.leaderChanges, prometheus.CounterValue, float64(st.LeaderChanges))
+	ch <- prometheus.MustNewConstMetric(c.fallbacks, prometheus.CounterValue, float64(st.Fallbacks))
+	c.latency.Collect(ch)
+}

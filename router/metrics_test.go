@@ -1,0 +1,171 @@
+package router
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+type eventLog struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (l *eventLog) add(e Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+func (l *eventLog) kinds(member string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, e := range l.events {
+		if e.Member == member {
+			out = append(out, e.Kind)
+		}
+	}
+	return out
+}
+
+// A degraded member's ejection and readmission, seen through the metrics
+// and the event log: one event per change, with the evidence.
+func TestMetricsAndEvents(t *testing.T) {
+	log := &eventLog{}
+	tr := newTestRouter(t, Config{OnEvent: log.add})
+	c := tr.Collector()
+	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
+		t.Fatalf("metric names and help: %v %v", problems, err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	slow := slowMember("m2", 17*time.Millisecond, time.Millisecond)
+	tr.run(t, 300, LinearizableRead, slow)
+	tr.run(t, 50, Write, flat(time.Millisecond))
+	tr.probeRound()
+	if k := log.kinds("m2"); len(k) != 1 || k[0] != EventLeftPool {
+		t.Fatalf("m2's events after its ejection: %v, want one %s", k, EventLeftPool)
+	}
+	var left Event
+	for _, e := range log.events {
+		if e.Kind == EventLeftPool {
+			left = e
+		}
+	}
+	if !strings.Contains(attrString(left), "reason=latency") || !strings.Contains(attrString(left), "read_ewma=") {
+		t.Errorf("ejection event lacks its evidence: %s", attrString(left))
+	}
+	expect := func(name string, want float64, labels ...string) {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				got := map[string]string{}
+				for _, l := range m.GetLabel() {
+					got[l.GetName()] = l.GetValue()
+				}
+				match := true
+				for i := 0; i+1 < len(labels); i += 2 {
+					match = match && got[labels[i]] == labels[i+1]
+				}
+				if !match {
+					continue
+				}
+				var v float64
+				switch {
+				case m.GetCounter() != nil:
+					v = m.GetCounter().GetValue()
+				case m.GetGauge() != nil:
+					v = m.GetGauge().GetValue()
+				case m.GetHistogram() != nil:
+					v = float64(m.GetHistogram().GetSampleCount())
+				}
+				if v != want {
+					t.Errorf("%s%v = %v, want %v", name, labels, v, want)
+				}
+				return
+			}
+		}
+		t.Errorf("%s%v not exported", name, labels)
+	}
+	expect("oproute_member_ejected", 1, "member", "m2")
+	expect("oproute_member_ejected", 0, "member", "m0")
+	expect("oproute_ejections_total", 1, "member", "m2")
+	expect("oproute_member_leader", 1, "member", "m0")
+	expect("oproute_operations_total", 50, "member", "m0", "class", "write", "outcome", "ok")
+	expect("oproute_operations_total", 100, "member", "m1", "class", "linearizable_read", "outcome", "ok")
+	expect("oproute_read_latency_seconds", 100, "member", "m2")
+
+	for rounds := 0; tr.Stats().Members[2].Ejected; rounds++ {
+		if rounds == 10 {
+			t.Fatal("m2 not readmitted")
+		}
+		tr.run(t, 1000, LinearizableRead, flat(time.Millisecond))
+		tr.probeRound()
+	}
+	if k := log.kinds("m2"); len(k) != 2 || k[1] != EventBackInPool {
+		t.Fatalf("m2's events: %v, want left then back", k)
+	}
+	expect("oproute_readmissions_total", 1, "member", "m2")
+	expect("oproute_member_ejected", 0, "member", "m2")
+
+	// Leader changes and lost members are events too.
+	tr.cluster.set("m1", 2, "m0")
+	tr.probeRound()
+	tr.probeRound()
+	if k := log.kinds("m1"); len(k) == 0 || k[len(k)-1] != EventLeaderChanged {
+		t.Errorf("m1's events: %v, want %s", k, EventLeaderChanged)
+	}
+	if k := log.kinds("m0"); len(k) == 0 || k[len(k)-1] != EventUnreachable {
+		t.Errorf("m0's events: %v, want %s", k, EventUnreachable)
+	}
+	expect("oproute_leader_changes_total", 1)
+	expect("oproute_member_up", 0, "member", "m0")
+	expect("oproute_probe_failures_total", 2, "member", "m0")
+}
+
+func attrString(e Event) string {
+	var b strings.Builder
+	for _, a := range e.Attrs {
+		b.WriteString(a.String() + " ")
+	}
+	return b.String()
+}
+
+// A member never reached is announced only after startupProbeFailures
+// failed probes (at start-up connections are still being dialled), and
+// then once.
+func TestUnreachedMemberAnnouncedOnce(t *testing.T) {
+	log := &eventLog{}
+	tr := newTestRouter(t, Config{OnEvent: log.add})
+	tr.cluster.set("m0", 1, "m2")
+	// The first round (in newTestRouter) saw m2 up; start over as if it never answered.
+	tr.mu.Lock()
+	tr.health[2].reached = false
+	tr.mu.Unlock()
+	for range startupProbeFailures - 1 {
+		tr.probeRound()
+	}
+	if k := log.kinds("m2"); len(k) != 0 {
+		t.Fatalf("events while m2 may still be connecting: %v", k)
+	}
+	for range 5 {
+		tr.probeRound()
+	}
+	if k := log.kinds("m2"); len(k) != 1 || k[0] != EventUnreachable {
+		t.Fatalf("m2's events: %v, want one %s", k, EventUnreachable)
+	}
+}
