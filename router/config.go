@@ -132,8 +132,10 @@ type Config struct {
 	// OnEvent, when set, is told of each routing change worth a log line
 	// (leader changed or lost, a member unreachable or back, out of the
 	// read pool or back, with the evidence): SlogEvents(logger) logs them.
-	// It is called from the probing goroutine with the router's lock held:
-	// it must not block or call the router.
+	// The router calls it from its probing goroutine with its lock held:
+	// it must not block or call the router. Backends call it too, from
+	// their own goroutines (ZooKeeper session events), so it must be safe
+	// for concurrent use, as loggers are.
 	OnEvent func(Event)
 }
 

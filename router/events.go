@@ -18,6 +18,10 @@ type Event struct {
 	// against the others' median, failures in a row, probe round trip), the
 	// former leader…
 	Attrs []slog.Attr
+	// Warn marks a backend's own event kind that loses something (a
+	// ZooKeeper primary session expired); the router's kinds have their
+	// level in Level.
+	Warn bool
 }
 
 // Event kinds.
@@ -32,6 +36,9 @@ const (
 
 // Level is the slog level an event deserves: losing something warns.
 func (e Event) Level() slog.Level {
+	if e.Warn {
+		return slog.LevelWarn
+	}
 	switch e.Kind {
 	case EventLeaderLost, EventUnreachable, EventLeftPool:
 		return slog.LevelWarn
@@ -57,20 +64,27 @@ const startupProbeFailures = 8
 
 // eventsLocked compares the snapshot before and after a probe round and
 // reports what changed. Caller must hold r.mu.
-func (r *Router) eventsLocked(prev, next *snapshot) {
+func (r *Router) eventsLocked(prev, next *snapshot, leaderUnsure bool) {
 	if r.cfg.OnEvent == nil || prev == nil {
 		return
 	}
 	emit := r.cfg.OnEvent
+	// Leader events compare with the last leader announced, not with the
+	// previous snapshot: a failed pinned write clears the snapshot's leader
+	// until the next round, which is no change of leader. A round that does
+	// not trust its word for the leader (leaderUnsure) announces nothing.
 	switch {
-	case next.leader >= 0 && next.leader != prev.leader:
+	case leaderUnsure:
+	case next.leader >= 0 && next.leader != r.announcedLeader:
 		e := Event{Kind: EventLeaderChanged, Member: r.members[next.leader].ID}
-		if prev.leader >= 0 {
-			e.Attrs = append(e.Attrs, slog.String("from", r.members[prev.leader].ID))
+		if r.announcedLeader >= 0 {
+			e.Attrs = append(e.Attrs, slog.String("from", r.members[r.announcedLeader].ID))
 		}
+		r.announcedLeader = next.leader
 		emit(e)
-	case next.leader < 0 && prev.leader >= 0:
-		emit(Event{Kind: EventLeaderLost, Attrs: []slog.Attr{slog.String("was", r.members[prev.leader].ID)}})
+	case next.leader < 0 && r.announcedLeader >= 0:
+		emit(Event{Kind: EventLeaderLost, Attrs: []slog.Attr{slog.String("was", r.members[r.announcedLeader].ID)}})
+		r.announcedLeader = -1
 	}
 	median := time.Duration(r.readMedian.Load())
 	for i, m := range r.members {
@@ -100,7 +114,8 @@ func (r *Router) eventsLocked(prev, next *snapshot) {
 		wasOut := !was || !prev.inPool[i]
 		isOut := !next.inPool[i]
 		switch {
-		case isOut && !wasOut:
+		case isOut && !wasOut && !h.outAnnounced:
+			h.outAnnounced = true
 			reason := h.ejectWhy
 			if slices.Contains(next.benched, i) {
 				reason = h.benchWhy
@@ -113,7 +128,8 @@ func (r *Router) eventsLocked(prev, next *snapshot) {
 				slog.Duration("probe_rtt", h.probe.Value()),
 				slog.Uint64("ejections", h.totalEjected),
 			}})
-		case !isOut && wasOut && was:
+		case !isOut && h.outAnnounced:
+			h.outAnnounced = false
 			emit(Event{Kind: EventBackInPool, Member: m.ID})
 		}
 	}

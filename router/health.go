@@ -112,13 +112,13 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 		}
 	}
 
-	leader := prev.leader
+	leader, leaderUnsure := prev.leader, false
 	if outcomes != nil {
 		leader = r.electedLeader(reachable)
 		if leader >= 0 && gen != r.forgets.Load() && leader == r.lastLeader {
 			// A write pinned to this leader failed while we probed: do not
 			// trust this round's word for it; probe again.
-			leader = -1
+			leader, leaderUnsure = -1, true
 			r.Refresh()
 		}
 	} else if !slices.Contains(reachable, leader) {
@@ -144,7 +144,7 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 	benched := r.benchedLocked(reachable, leader)
 	ejected := r.ejectionsLocked(reachable, benched, now)
 	next := r.buildSnapshot(leader, reachable, ejected, benched, sticky)
-	r.eventsLocked(prev, next)
+	r.eventsLocked(prev, next, leaderUnsure)
 	r.snap.Store(next)
 	r.rounds.Add(1)
 }

@@ -14,7 +14,7 @@ var ReadLatencyBuckets = prometheus.ExponentialBuckets(0.00025, 2, 15)
 // Read latencies are observed from the first call on; everything else is
 // read from Stats when scraped. The same collector is returned each time.
 //
-//	oproute_operations_total{member,class,outcome}  counter  outcome: ok, error, gave_up
+//	oproute_operations_total{member,class,outcome}  counter  outcome: ok (answered), error, gave_up
 //	oproute_read_latency_seconds{member}             histogram of answered reads
 //	oproute_member_up{member}                        gauge    1 while reachable
 //	oproute_member_ejected{member}                   gauge    1 while reachable but out of the read pool
@@ -81,8 +81,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		id := m.Member.ID
 		for op := range numOps {
 			class := Op(op).String()
-			ok := m.Ops[op] - m.Errors[op] - m.GaveUp[op]
-			ch <- prometheus.MustNewConstMetric(c.ops, prometheus.CounterValue, float64(ok), id, class, "ok")
+			ch <- prometheus.MustNewConstMetric(c.ops, prometheus.CounterValue, float64(m.OK[op]), id, class, "ok")
 			ch <- prometheus.MustNewConstMetric(c.ops, prometheus.CounterValue, float64(m.Errors[op]), id, class, "error")
 			ch <- prometheus.MustNewConstMetric(c.ops, prometheus.CounterValue, float64(m.GaveUp[op]), id, class, "gave_up")
 		}

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -167,5 +168,31 @@ func TestUnreachedMemberAnnouncedOnce(t *testing.T) {
 	}
 	if k := log.kinds("m2"); len(k) != 1 || k[0] != EventUnreachable {
 		t.Fatalf("m2's events: %v, want one %s", k, EventUnreachable)
+	}
+}
+
+// A failed write pinned to the leader clears it until the next round; the
+// same leader found again is no leader change, and the metrics' ok counts
+// only answered operations.
+func TestFailedWriteIsNoLeaderEvent(t *testing.T) {
+	log := &eventLog{}
+	tr := newTestRouter(t, Config{OnEvent: log.add})
+	tr.probeRound()
+	if k := log.kinds("m0"); len(k) != 1 || k[0] != EventLeaderChanged {
+		t.Fatalf("m0's events: %v, want it announced as leader", k)
+	}
+	p, _ := tr.Pick(context.Background(), Write)
+	p.Done(MemberFault)
+	tr.probeRound()
+	tr.probeRound()
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for _, e := range log.events[1:] {
+		if e.Kind == EventLeaderChanged || e.Kind == EventLeaderLost {
+			t.Errorf("leader event after a failed write and the same leader found again: %+v", e)
+		}
+	}
+	if st := tr.Stats().Members[0]; st.OK[Write] != 0 || st.Errors[Write] != 1 {
+		t.Errorf("ok %d, errors %d for one failed write", st.OK[Write], st.Errors[Write])
 	}
 }

@@ -55,6 +55,9 @@ type Router struct {
 
 	mu         sync.Mutex // serialises snapshot rebuilds
 	lastLeader int        // last known leader index, for counting changes; guarded by mu
+	// announcedLeader is the leader the last leader event named, -1 after
+	// leader_lost or before any; guarded by mu.
+	announcedLeader int
 
 	refreshc chan struct{}
 	cancel   context.CancelFunc
@@ -83,6 +86,7 @@ type memberHealth struct {
 	// sample lands so that Pick does no exp of its own.
 	weight atomic.Uint64
 	ops    [numOps]atomic.Uint64
+	oks    [numOps]atomic.Uint64 // answered: OK or AppError
 	errs   [numOps]atomic.Uint64
 	gaveUp [numOps]atomic.Uint64
 
@@ -105,6 +109,7 @@ type memberHealth struct {
 	totalEjected  uint64
 	readmissions  uint64
 	reached       bool // a probe has succeeded
+	outAnnounced  bool // an EventLeftPool was sent and no EventBackInPool since
 	downAnnounced bool // an EventUnreachable was sent and no EventReachable since
 	// totalProbeFailures counts every failed probe (probeFailures only
 	// those in a row).
@@ -140,10 +145,10 @@ func New(cfg Config) (*Router, error) {
 		cfg:        cfg,
 		members:    cfg.Members,
 		health:     make([]memberHealth, len(cfg.Members)),
-		lastLeader: -1,
-		refreshc:   make(chan struct{}, 1),
-		done:       make(chan struct{}),
-		epoch:      cfg.Clock.Now(),
+		lastLeader: -1, announcedLeader: -1,
+		refreshc: make(chan struct{}, 1),
+		done:     make(chan struct{}),
+		epoch:    cfg.Clock.Now(),
 	}
 	_, r.sysTime = cfg.Clock.(systemClock)
 	r.kind = kindOf(cfg.Policy)
@@ -358,6 +363,7 @@ func (p Pick) Done(o Outcome) {
 	}
 	// OK or AppError: the member answered. Stores only when something is
 	// to be cleared: a store on every success would bounce the cache line.
+	h.oks[p.op].Add(1)
 	if h.consecutiveFailures.Load() != 0 {
 		h.consecutiveFailures.Store(0)
 	}

@@ -21,9 +21,11 @@ type Stats struct {
 // MemberStats is one member's share of Stats.
 type MemberStats struct {
 	Member Member
-	// Ops counts operations routed to the member, by Op; Errors those that
+	// Ops counts operations routed to the member, by Op (in flight ones
+	// included); OK those it answered (OK or AppError), Errors those that
 	// ended in MemberFault or Overloaded, GaveUp those the caller gave up on.
 	Ops    [numOps]uint64
+	OK     [numOps]uint64
 	Errors [numOps]uint64
 	GaveUp [numOps]uint64
 	// ReadLatency is the member's read EWMA (kept by the hybrid policy,
@@ -51,7 +53,9 @@ func (m MemberStats) Reads() uint64 { return m.Ops[LinearizableRead] + m.Ops[Sta
 
 // Stats returns a snapshot of the router's counters and state.
 func (r *Router) Stats() Stats {
-	s := r.snap.Load()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.snap.Load() // under mu: the view and the health fields of one round
 	st := Stats{
 		Policy:        r.cfg.Policy,
 		LeaderChanges: r.leaderChanges.Load(),
@@ -61,8 +65,6 @@ func (r *Router) Stats() Stats {
 	if s.leader >= 0 {
 		st.Leader = r.members[s.leader].ID
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	for i := range r.members {
 		h := &r.health[i]
 		ms := MemberStats{
@@ -87,6 +89,7 @@ func (r *Router) Stats() Stats {
 		}
 		for op := range numOps {
 			ms.Ops[op] = h.ops[op].Load()
+			ms.OK[op] = h.oks[op].Load()
 			ms.Errors[op] = h.errs[op].Load()
 			ms.GaveUp[op] = h.gaveUp[op].Load()
 		}

@@ -32,17 +32,23 @@ type routerEntry struct {
 	r              *router.Router
 	connsPerMember int
 	byAddr         map[string]int // member address → index
-	// connected holds the members with a ready connection in the newest
-	// picker (nil before the first), for the prober: probing a member with
-	// none would only fail, and clientv3's retry interceptor would log each
-	// attempt as a warning.
-	connected atomic.Pointer[[]int]
+	// connected holds, per balancer (*pickerBuilder), the members with a
+	// ready connection in its newest picker, for the prober: probing a
+	// member with none would only fail, and clientv3's retry interceptor
+	// would log each attempt as a warning. Per balancer, because clientv3
+	// opens short-lived connections of its own for Status, HashKV and
+	// Defragment with the same dial options, hence this balancer too.
+	connected sync.Map // *pickerBuilder → []int
 }
 
 // isConnected reports whether member idx has a ready connection.
 func (e *routerEntry) isConnected(idx int) bool {
-	c := e.connected.Load()
-	return c != nil && slices.Contains(*c, idx)
+	found := false
+	e.connected.Range(func(_, v any) bool {
+		found = slices.Contains(v.([]int), idx)
+		return !found
+	})
+	return found
 }
 
 type lbConfig struct {
@@ -74,6 +80,7 @@ type lb struct {
 	cc    balancer.ClientConn
 	opts  balancer.BuildOptions
 	inner balancer.Balancer
+	pb    *pickerBuilder
 }
 
 // connAttr marks the k-th connection of a member's pool.
@@ -96,7 +103,8 @@ func (b *lb) UpdateClientConnState(s balancer.ClientConnState) error {
 		return fmt.Errorf("%s: no router %v (client closed?)", balancerName, cfg)
 	}
 	if b.inner == nil {
-		b.inner = base.NewBalancerBuilder(balancerName, &pickerBuilder{entry: entry}, base.Config{}).Build(b.cc, b.opts)
+		b.pb = &pickerBuilder{entry: entry}
+		b.inner = base.NewBalancerBuilder(balancerName, b.pb, base.Config{}).Build(b.cc, b.opts)
 	}
 	var addrs []resolver.Address
 	for _, a := range flatten(s.ResolverState) {
@@ -141,6 +149,9 @@ func (b *lb) Close() {
 	if b.inner != nil {
 		b.inner.Close()
 	}
+	if b.pb != nil {
+		b.pb.entry.connected.Delete(b.pb)
+	}
 }
 
 func (b *lb) ExitIdle() {
@@ -160,7 +171,7 @@ func (pb *pickerBuilder) Build(info base.PickerBuildInfo) balancer.Picker {
 	if rp, ok := p.(*picker); ok {
 		ready = rp.ready
 	}
-	pb.entry.connected.Store(&ready)
+	pb.entry.connected.Store(pb, ready)
 	if rp, ok := p.(*picker); ok {
 		if len(rp.ready) > pb.ready {
 			// A member just became reachable: probe now rather than at

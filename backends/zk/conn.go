@@ -628,7 +628,8 @@ func (c *Conn) sessionExpired(name string) {
 	} else {
 		c.expiries[1].Add(1)
 	}
-	c.onEvent(router.Event{Kind: EventSessionExpired, Attrs: []slog.Attr{slog.String("session", name)}})
+	// The primary's expiry loses the Conn's ephemerals: a warning.
+	c.onEvent(router.Event{Kind: EventSessionExpired, Warn: name == "primary", Attrs: []slog.Attr{slog.String("session", name)}})
 }
 
 // Collector returns the Conn's Prometheus metrics for the caller to

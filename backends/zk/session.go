@@ -191,7 +191,10 @@ func (s *session) Next() (string, bool) {
 func (s *session) Connected() {
 	s.attempt = 0
 	cur := int(s.cur.Load())
-	if prev := s.last; prev >= 0 && cur >= 0 && prev != cur {
+	if cur < 0 {
+		return // kicked meanwhile: the next Connected tells
+	}
+	if prev := s.last; prev >= 0 && prev != cur {
 		s.c.sessionMoved(s, prev, cur)
 	}
 	s.last = cur

@@ -18,6 +18,11 @@ func TestSnippetsBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := regexp.MustCompile("(?s)```go\n(package main\n.*?)```").FindAllSubmatch(readme, -1)
+	// Left over by a run that was killed mid-way.
+	stale, _ := filepath.Glob("_snippet*")
+	for _, dir := range stale {
+		os.RemoveAll(dir)
+	}
 	if len(blocks) < 2 {
 		t.Fatalf("%d complete programs in README.md, want the etcd and ZooKeeper ones", len(blocks))
 	}
@@ -34,7 +39,11 @@ func TestSnippetsBuild(t *testing.T) {
 		if err != nil {
 			t.Errorf("README program %d does not build as pasted: %v\n%s", i+1, err, out)
 		}
-		if out, _ := exec.Command("gofmt", "-l", dir).Output(); len(out) > 0 {
+		out, err = exec.Command("gofmt", "-l", dir).Output()
+		if err != nil {
+			t.Fatalf("gofmt: %v", err)
+		}
+		if len(out) > 0 {
 			t.Errorf("README program %d is not gofmt'd", i+1)
 		}
 	}
