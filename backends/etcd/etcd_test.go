@@ -552,14 +552,14 @@ func TestMetricsAndEvents(t *testing.T) {
 	}
 	after := ranges()
 	for i, ep := range eps {
-		routed := gathered(t, reg, "oproute_operations_total", "member", ep, "class", "linearizable_read", "outcome", "ok")
+		routed := conformance.Metric(t, reg, "oproute_operations_total", "member", ep, "class", "linearizable_read", "outcome", "ok")
 		served := float64(after[i] - before[i])
 		t.Logf("m%d: %v reads in the metrics, %v Ranges served by its /metrics", i, routed, served)
 		if routed != served {
 			t.Errorf("m%d: metrics say %v reads, the member served %v", i, routed, served)
 		}
 	}
-	if h := gathered(t, reg, "oproute_read_latency_seconds", "member", eps[1]); h != 100 {
+	if h := conformance.Metric(t, reg, "oproute_read_latency_seconds", "member", eps[1]); h != 100 {
 		t.Errorf("m1's read latency histogram holds %v reads, want 100", h)
 	}
 
@@ -567,7 +567,7 @@ func TestMetricsAndEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	conformance.Poll(t, 10*time.Second, "the killed member down in the metrics", func() bool {
-		return gathered(t, reg, "oproute_member_up", "member", eps[2]) == 0
+		return conformance.Metric(t, reg, "oproute_member_up", "member", eps[2]) == 0
 	})
 	n := 0
 	for _, e := range logs.FilterMessage(router.EventUnreachable).All() {
@@ -578,41 +578,4 @@ func TestMetricsAndEvents(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d %s warnings for the killed member, want 1: %v", n, router.EventUnreachable, logs.All())
 	}
-}
-
-// gathered returns the value (a histogram's sample count) of the one
-// series of name with the given label values.
-func gathered(t *testing.T, g prometheus.Gatherer, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if got[labels[i]] != labels[i+1] {
-					continue series
-				}
-			}
-			switch {
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				return m.GetGauge().GetValue()
-			case m.GetHistogram() != nil:
-				return float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	t.Fatalf("%s%v not exported", name, labels)
-	return 0
 }

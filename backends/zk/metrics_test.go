@@ -88,7 +88,7 @@ func TestMetricsAndEventsOnAnEnsemble(t *testing.T) {
 	}
 	_, reads1 := requests(t, c)
 	for i, ep := range eps {
-		routed := testutil.ToFloat64(metric(t, reg, "oproute_operations_total", "member", ep, "class", "linearizable_read", "outcome", "ok"))
+		routed := conformance.Metric(t, reg, "oproute_operations_total", "member", ep, "class", "linearizable_read", "outcome", "ok")
 		// mntr counts a linearizable read's sync as a read too.
 		served := float64(reads1[i]-reads0[i]) / 2
 		t.Logf("z%d: %v reads in the metrics, %v (sync+read pairs) served by its mntr", i, routed, served)
@@ -103,7 +103,7 @@ func TestMetricsAndEventsOnAnEnsemble(t *testing.T) {
 	}
 	defer c.Resume(frozen)
 	conformance.Poll(t, 10*time.Second, "the frozen server down in the metrics", func() bool {
-		return testutil.ToFloat64(metric(t, reg, "oproute_member_up", "member", eps[frozen])) == 0
+		return conformance.Metric(t, reg, "oproute_member_up", "member", eps[frozen]) == 0
 	})
 	conformance.Poll(t, 10*time.Second, "its session moved", func() bool {
 		return rec.count(ozk.EventSessionMoved, "from="+eps[frozen]) > 0
@@ -111,7 +111,7 @@ func TestMetricsAndEventsOnAnEnsemble(t *testing.T) {
 	if k := rec.count(router.EventUnreachable, "member="+eps[frozen]); k != 1 {
 		t.Errorf("%d %s events for the frozen server, want 1", k, router.EventUnreachable)
 	}
-	if moves := testutil.ToFloat64(metric(t, reg, "oproute_zk_session_moves_total")); moves < 1 {
+	if moves := conformance.Metric(t, reg, "oproute_zk_session_moves_total"); moves < 1 {
 		t.Errorf("session moves = %v", moves)
 	}
 	if err := c.Resume(frozen); err != nil {
@@ -120,42 +120,4 @@ func TestMetricsAndEventsOnAnEnsemble(t *testing.T) {
 	conformance.Poll(t, 10*time.Second, "the server back", func() bool {
 		return rec.count(router.EventReachable, "member="+eps[frozen]) == 1
 	})
-}
-
-// metric finds the one series of name with the given label values.
-func metric(t *testing.T, g prometheus.Gatherer, name string, labels ...string) prometheus.Collector {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			match := true
-			for i := 0; i+1 < len(labels); i += 2 {
-				match = match && got[labels[i]] == labels[i+1]
-			}
-			if match {
-				v := 0.0
-				switch {
-				case m.GetCounter() != nil:
-					v = m.GetCounter().GetValue()
-				case m.GetGauge() != nil:
-					v = m.GetGauge().GetValue()
-				}
-				g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "x"})
-				g.Set(v)
-				return g
-			}
-		}
-	}
-	t.Fatalf("%s%v not exported", name, labels)
-	return nil
 }
