@@ -76,19 +76,23 @@ func (r *Router) eventsLocked(prev, next *snapshot, leaderUnsure bool) {
 	switch {
 	case leaderUnsure:
 	case next.leader >= 0 && next.leader != r.announcedLeader:
-		e := Event{Kind: EventLeaderChanged, Member: r.members[next.leader].ID}
+		e := Event{Kind: EventLeaderChanged, Member: r.roster().members[next.leader].ID}
 		if r.announcedLeader >= 0 {
-			e.Attrs = append(e.Attrs, slog.String("from", r.members[r.announcedLeader].ID))
+			e.Attrs = append(e.Attrs, slog.String("from", r.roster().members[r.announcedLeader].ID))
 		}
 		r.announcedLeader = next.leader
 		emit(e)
 	case next.leader < 0 && r.announcedLeader >= 0:
-		emit(Event{Kind: EventLeaderLost, Attrs: []slog.Attr{slog.String("was", r.members[r.announcedLeader].ID)}})
+		emit(Event{Kind: EventLeaderLost, Attrs: []slog.Attr{slog.String("was", r.roster().members[r.announcedLeader].ID)}})
 		r.announcedLeader = -1
 	}
 	median := time.Duration(r.readMedian.Load())
-	for i, m := range r.members {
-		h := &r.health[i]
+	ro := r.roster()
+	for i, m := range ro.members {
+		if ro.retired[i] {
+			continue
+		}
+		h := ro.health[i]
 		// Down by the member's own evidence (not by the snapshot's
 		// reachable set, which keeps everyone when nothing answers). A
 		// member never reached is announced only after a couple of

@@ -41,13 +41,18 @@ func (r *Router) refresh(ctx context.Context) {
 	var outcomes []probeOutcome
 	gen := r.forgets.Load()
 	if r.cfg.Prober != nil {
-		outcomes = make([]probeOutcome, len(r.members))
+		ro := r.roster()
+		outcomes = make([]probeOutcome, len(ro.members))
 		var wg sync.WaitGroup
-		for i, m := range r.members {
+		for i, m := range ro.members {
+			if ro.retired[i] {
+				outcomes[i].err = errRetired
+				continue
+			}
 			wg.Go(func() {
 				pctx, cancel := context.WithTimeout(ctx, r.cfg.ProbeTimeout)
 				defer cancel()
-				epoch := r.health[i].busyEpoch.Load()
+				epoch := r.roster().health[i].busyEpoch.Load()
 				start := r.cfg.Clock.Now()
 				res, err := r.cfg.Prober.Probe(pctx, m)
 				rtt := r.cfg.Clock.Now().Sub(start)
@@ -75,7 +80,10 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 	now := r.cfg.Clock.Now()
 
 	for i, o := range outcomes {
-		h := &r.health[i]
+		if r.roster().retired[i] {
+			continue
+		}
+		h := r.roster().health[i]
 		if h.busy.Load() > 0 || h.busyEpoch.Load() != o.busyEpoch {
 			continue // it overlapped maintenance: no evidence either way
 		}
@@ -91,15 +99,16 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 		}
 		h.probe.Add(o.rtt)
 	}
-	for i := range r.health {
-		h := &r.health[i]
+	for i := range r.roster().health {
+		h := r.roster().health[i]
 		h.window.push(now, h.ops[LinearizableRead].Load()+h.ops[StaleRead].Load(), h.readFails.Load(), r.cfg.FailureWindow)
 	}
 
+	ro := r.roster()
 	var reachable []int
-	for i := range r.members {
-		h := &r.health[i]
-		if h.probeFailures >= r.cfg.UnreachableAfter || (h.probed && h.lastProbe.NotServing) {
+	for i := range ro.members {
+		h := ro.health[i]
+		if ro.retired[i] || (h.added && !h.probed) || h.probeFailures >= r.cfg.UnreachableAfter || (h.probed && h.lastProbe.NotServing) {
 			continue
 		}
 		reachable = append(reachable, i)
@@ -107,8 +116,10 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 	if len(reachable) == 0 {
 		// Nothing answers: keep every member in rotation and let the
 		// transport report the failure, rather than having nowhere to go.
-		for i := range r.members {
-			reachable = append(reachable, i)
+		for i := range ro.members {
+			if !ro.retired[i] {
+				reachable = append(reachable, i)
+			}
 		}
 	}
 
@@ -134,8 +145,8 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 	sticky := prev.sticky
 	if !slices.Contains(reachable, sticky) {
 		// As ZooKeeper's client does on connection loss: the next server.
-		for k := 1; k <= len(r.members); k++ {
-			if c := (sticky + k) % len(r.members); slices.Contains(reachable, c) {
+		for k := 1; k <= len(r.roster().members); k++ {
+			if c := (sticky + k) % len(r.roster().members); slices.Contains(reachable, c) {
 				sticky = c
 				break
 			}
@@ -160,7 +171,7 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 func (r *Router) electedLeader(reachable []int) int {
 	leader, term, fresh := -1, uint64(0), false
 	for _, i := range reachable {
-		h := &r.health[i]
+		h := r.roster().health[i]
 		if !h.probed || (h.probeFailures > 0 && h.forgotten) || h.probeFailures >= r.cfg.UnreachableAfter {
 			continue
 		}
@@ -182,7 +193,7 @@ func (r *Router) electedLeader(reachable []int) int {
 
 func (r *Router) byServerID(id string, among []int) int {
 	for _, i := range among {
-		if h := &r.health[i]; h.probed && h.lastProbe.ServerID == id {
+		if h := r.roster().health[i]; h.probed && h.lastProbe.ServerID == id {
 			return i
 		}
 	}
@@ -214,19 +225,19 @@ const (
 func (r *Router) benchedLocked(reachable []int, leader int) []int {
 	var leaderTerm, committed uint64
 	if leader >= 0 {
-		lp := r.health[leader].lastProbe
+		lp := r.roster().health[leader].lastProbe
 		leaderTerm, committed = lp.Term, lp.Committed
 		for _, i := range reachable {
 			// The term the followers name the leader at may be newer than
 			// the leader's own last answer; take the highest claim.
-			if h := &r.health[i]; h.probed && h.lastProbe.LeaderID != "" && r.byServerID(h.lastProbe.LeaderID, reachable) == leader {
+			if h := r.roster().health[i]; h.probed && h.lastProbe.LeaderID != "" && r.byServerID(h.lastProbe.LeaderID, reachable) == leader {
 				leaderTerm = max(leaderTerm, h.lastProbe.Term)
 			}
 		}
 	}
 	var out []int
 	for _, i := range reachable {
-		h := &r.health[i]
+		h := r.roster().health[i]
 		if !h.probed && h.busy.Load() == 0 {
 			continue
 		}
@@ -281,7 +292,7 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time) []int 
 	judged := map[int]time.Duration{}
 	var probes []time.Duration
 	for _, i := range reachable {
-		h := &r.health[i]
+		h := r.roster().health[i]
 		if h.read.Count() >= uint64(r.cfg.MinSamples) {
 			judged[i] = h.read.Value()
 		}
@@ -312,7 +323,7 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time) []int 
 	shares := map[int]float64{}
 	failing := 0 // reachable members with a read failure streak
 	for _, i := range reachable {
-		h := &r.health[i]
+		h := r.roster().health[i]
 		if reads, fails := h.window.delta(); reads >= uint64(r.cfg.MinSamples) {
 			shares[i] = float64(fails) / float64(reads)
 		}
@@ -329,7 +340,7 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time) []int 
 	}
 	var out []candidate
 	for _, i := range reachable {
-		h := &r.health[i]
+		h := r.roster().health[i]
 		if slices.Contains(benched, i) {
 			continue // judged again once its probes recover; an ejection is kept
 		}
@@ -383,14 +394,14 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time) []int 
 	ejected := make([]int, 0, len(out))
 	for _, c := range out {
 		ejected = append(ejected, c.i)
-		if h := &r.health[c.i]; !c.was {
+		if h := r.roster().health[c.i]; !c.was {
 			h.ejectWhy = c.why
 			r.ejectLocked(h, now)
 		}
 	}
 	slices.Sort(ejected)
 	for _, i := range reachable {
-		if h := &r.health[i]; h.ejected && !slices.Contains(ejected, i) && !slices.Contains(benched, i) {
+		if h := r.roster().health[i]; h.ejected && !slices.Contains(ejected, i) && !slices.Contains(benched, i) {
 			r.readmitLocked(h, median, now)
 		}
 	}

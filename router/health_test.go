@@ -502,7 +502,7 @@ func TestLatencyJudgedAgainstTheOthers(t *testing.T) {
 		}
 		return time.Millisecond
 	})
-	tr.health[1].read.Reset(time.Millisecond)
+	tr.roster().health[1].read.Reset(time.Millisecond)
 	tr.probeRound()
 	if m := tr.Stats().Members[2]; !m.Ejected {
 		t.Fatalf("m2 at 30 ms against m0's 1 ms not ejected: %+v", m)
@@ -588,7 +588,7 @@ func TestStaleClaimLapses(t *testing.T) {
 	zk.set("m0", 3)
 	tr.probeRound()
 	ok := make([]probeOutcome, 3)
-	for i, m := range tr.members {
+	for i, m := range tr.roster().members {
 		res, _ := zk.Probe(context.Background(), m)
 		ok[i] = probeOutcome{res: res, rtt: time.Millisecond}
 	}

@@ -32,11 +32,15 @@ func (r *Router) Collector() prometheus.Collector {
 			Help:    "Latency of reads the member answered, as the client saw it.",
 			Buckets: ReadLatencyBuckets,
 		}, []string{"member"})
-		obs := make([]prometheus.Observer, len(r.members))
-		for i, m := range r.members {
-			obs[i] = vec.WithLabelValues(m.ID)
+		r.mu.Lock()
+		r.latency = vec
+		ro := *r.roster()
+		ro.hist = make([]prometheus.Observer, len(ro.members))
+		for i, m := range ro.members {
+			ro.hist[i] = vec.WithLabelValues(m.ID)
 		}
-		r.readHist.Store(&obs)
+		r.ros.Store(&ro)
+		r.mu.Unlock()
 		member := []string{"member"}
 		r.collector = &collector{r: r, latency: vec,
 			ops:           prometheus.NewDesc("oproute_operations_total", "Operations routed to a member, by class and outcome.", []string{"member", "class", "outcome"}, nil),
@@ -78,6 +82,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, x, member)
 	}
 	for _, m := range st.Members {
+		if m.Retired {
+			continue
+		}
 		id := m.Member.ID
 		for op := range numOps {
 			class := Op(op).String()

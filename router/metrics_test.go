@@ -155,7 +155,7 @@ func TestUnreachedMemberAnnouncedOnce(t *testing.T) {
 	tr.cluster.set("m0", 1, "m2")
 	// The first round (in newTestRouter) saw m2 up; start over as if it never answered.
 	tr.mu.Lock()
-	tr.health[2].reached = false
+	tr.roster().health[2].reached = false
 	tr.mu.Unlock()
 	for range startupProbeFailures - 1 {
 		tr.probeRound()

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -18,9 +19,11 @@ import (
 // Router picks a member for each operation. Create one with New and release
 // its background prober with Close.
 type Router struct {
-	cfg     Config
-	members []Member
-	health  []memberHealth
+	cfg Config
+	// ros is the member list with each member's health: indexes into it
+	// never change (members are only added or retired), so a snapshot's
+	// indexes stay valid in any later roster. Replaced under mu.
+	ros     atomic.Pointer[roster]
 	epoch   time.Time // monotonic base of Pick timestamps
 	sysTime bool      // cfg.Clock is the system clock: use the monotonic fast path
 	kind    policyKind
@@ -28,10 +31,6 @@ type Router struct {
 	timed   [numOps]bool // the policy consumes this class's latency
 
 	snap atomic.Pointer[snapshot]
-	// readHist holds each member's read latency observer once Collector has
-	// been called (nil before: Pick and Done then skip it). Read by every
-	// pick, written once: it shares the line of the fields above.
-	readHist atomic.Pointer[[]prometheus.Observer]
 
 	// The two cursors are written on almost every pick: each gets its own
 	// cache line, away from the fields above that every pick reads.
@@ -48,6 +47,7 @@ type Router struct {
 
 	collectorOnce sync.Once
 	collector     *collector
+	latency       *prometheus.HistogramVec // the collector's, for members added later; guarded by mu
 	// readMedian is the median read EWMA of the judged members at the last
 	// probe round (ns), 0 while unknown: the yardstick for censored samples
 	// and for an ejected member's fresh reads.
@@ -109,6 +109,7 @@ type memberHealth struct {
 	totalEjected  uint64
 	readmissions  uint64
 	reached       bool // a probe has succeeded
+	added         bool // added by SetMembers: no traffic before its first good probe
 	outAnnounced  bool // an EventLeftPool was sent and no EventBackInPool since
 	downAnnounced bool // an EventUnreachable was sent and no EventReachable since
 	// totalProbeFailures counts every failed probe (probeFailures only
@@ -143,8 +144,6 @@ func New(cfg Config) (*Router, error) {
 	cfg.Members = slices.Clone(cfg.Members)
 	r := &Router{
 		cfg:        cfg,
-		members:    cfg.Members,
-		health:     make([]memberHealth, len(cfg.Members)),
 		lastLeader: -1, announcedLeader: -1,
 		refreshc: make(chan struct{}, 1),
 		done:     make(chan struct{}),
@@ -162,18 +161,16 @@ func New(cfg Config) (*Router, error) {
 	// Every client starts its rotations at a random member: a fleet whose
 	// cursors all started at 0 would open every first stream on member 0.
 	r.rr.Store(r.random())
-	for i := range r.health {
-		h := &r.health[i]
-		h.read, _ = ewma.New(cfg.Alpha, cfg.InitialLatency)
-		h.all, _ = ewma.New(cfg.Alpha, cfg.InitialLatency)
-		h.probe, _ = ewma.New(cfg.Alpha, cfg.InitialLatency)
-		r.updateWeight(h)
+	ro := &roster{members: cfg.Members, retired: make([]bool, len(cfg.Members))}
+	for range cfg.Members {
+		ro.health = append(ro.health, r.newHealth())
 	}
-	sticky := int(r.random() % uint64(len(r.members)))
+	r.ros.Store(ro)
+	sticky := int(r.random() % uint64(len(cfg.Members)))
 	if cfg.StickyMember != "" {
 		sticky = r.indexOf(cfg.StickyMember)
 	}
-	all := make([]int, len(r.members))
+	all := make([]int, len(cfg.Members))
 	for i := range all {
 		all[i] = i
 	}
@@ -185,8 +182,40 @@ func New(cfg Config) (*Router, error) {
 	return r, nil
 }
 
-// Members returns the configured members.
-func (r *Router) Members() []Member { return slices.Clone(r.members) }
+// roster is the router's member list. Its slices are never changed in
+// place: SetMembers publishes a new roster.
+type roster struct {
+	members []Member
+	health  []*memberHealth
+	retired []bool // removed by SetMembers: never picked, probed or leader
+	// hist holds each member's read latency observer once Collector has
+	// been called; nil before (Pick and Done then skip it).
+	hist []prometheus.Observer
+}
+
+func (r *Router) roster() *roster { return r.ros.Load() }
+
+// newHealth returns a member's initial health.
+func (r *Router) newHealth() *memberHealth {
+	h := &memberHealth{}
+	h.read, _ = ewma.New(r.cfg.Alpha, r.cfg.InitialLatency)
+	h.all, _ = ewma.New(r.cfg.Alpha, r.cfg.InitialLatency)
+	h.probe, _ = ewma.New(r.cfg.Alpha, r.cfg.InitialLatency)
+	r.updateWeight(h)
+	return h
+}
+
+// Members returns the current members, retired ones left out.
+func (r *Router) Members() []Member {
+	ro := r.roster()
+	var out []Member
+	for i, m := range ro.members {
+		if !ro.retired[i] {
+			out = append(out, m)
+		}
+	}
+	return out
+}
 
 // Policy returns the policy's name.
 func (r *Router) Policy() string { return r.cfg.Policy }
@@ -252,11 +281,12 @@ func (r *Router) Pick(ctx context.Context, op Op) (Pick, error) {
 	if p.Index < 0 {
 		r.choose(s, &p)
 	}
-	h := &r.health[p.Index]
+	ro := r.roster()
+	h := ro.health[p.Index]
 	h.ops[op].Add(1)
-	p.Member = r.members[p.Index]
+	p.Member = ro.members[p.Index]
 	p.busyEpoch = h.busyEpoch.Load()
-	p.observe = op.IsRead() && r.readHist.Load() != nil
+	p.observe = op.IsRead() && ro.hist != nil
 	if r.timed[op] || p.observe {
 		p.start = r.elapsed()
 	}
@@ -319,7 +349,7 @@ func (p Pick) Done(o Outcome) {
 	if r == nil {
 		return
 	}
-	h := &r.health[p.Index]
+	h := r.roster().health[p.Index]
 	if o == NotSent {
 		h.ops[p.op].Add(^uint64(0))
 		return
@@ -371,7 +401,7 @@ func (p Pick) Done(o Outcome) {
 		h.readFailStreak.Store(0)
 	}
 	if p.observe {
-		(*r.readHist.Load())[p.Index].Observe(latency.Seconds())
+		r.roster().hist[p.Index].Observe(latency.Seconds())
 	}
 	if !timed {
 		return
@@ -432,7 +462,7 @@ func (r *Router) inLine(v, median time.Duration) bool {
 // and probes show meanwhile is no evidence — a planned pause is not a grey
 // failure, and it is not counted as an ejection. The func is idempotent.
 func (r *Router) Busy(idx int) (end func()) {
-	h := &r.health[idx]
+	h := r.roster().health[idx]
 	r.mu.Lock()
 	h.busy.Add(1)
 	h.busyEpoch.Add(1)
@@ -461,8 +491,8 @@ func (r *Router) rebenchLocked() {
 // hold r.mu.
 func (r *Router) ejectedLocked() []int {
 	var out []int
-	for i := range r.health {
-		if r.health[i].ejected {
+	for i := range r.roster().health {
+		if r.roster().health[i].ejected {
 			out = append(out, i)
 		}
 	}
@@ -607,7 +637,7 @@ func (r *Router) boltzmann(s *snapshot) int {
 	}
 	sum := 0.0
 	for k, i := range set {
-		h := &r.health[i]
+		h := r.roster().health[i]
 		w := math.Float64frombits(h.weight.Load())
 		if h.consecutiveFailures.Load() > int64(r.cfg.FailureThreshold) {
 			w *= 1e-9
@@ -642,12 +672,91 @@ func (r *Router) random() uint64 {
 func (r *Router) uniform() float64 { return float64(r.random()>>11) / (1 << 53) }
 
 func (r *Router) indexOf(id string) int {
-	for i := range r.members {
-		if r.members[i].ID == id {
+	ro := r.roster()
+	for i := range ro.members {
+		if ro.members[i].ID == id && !ro.retired[i] {
 			return i
 		}
 	}
 	return -1
+}
+
+// errRetired is a retired member's probe outcome: it is not probed.
+var errRetired = errors.New("router: member retired")
+
+// SetMembers changes the member set to ms, as New's Config.Members: a
+// member whose address is already known keeps its index and its health
+// (its ID and zone are updated); a new one is added and takes traffic only
+// after its first good probe; a member whose address is not in ms is
+// retired: it gets no new picks (calls in flight finish), is no longer
+// probed, and is left out of the metrics; Stats lists it (indexes never
+// move) with Retired set. It
+// fails, changing nothing, on an empty list or two members with one
+// address.
+func (r *Router) SetMembers(ms []Member) error {
+	if len(ms) == 0 {
+		return ErrNoMembers
+	}
+	seen := map[string]bool{}
+	for _, m := range ms {
+		if m.Addr == "" {
+			return fmt.Errorf("%w: member %q has no address", ErrInvalidConfig, m.ID)
+		}
+		if seen[m.Addr] {
+			return fmt.Errorf("%w: %q", ErrDuplicateMember, m.Addr)
+		}
+		seen[m.Addr] = true
+	}
+	r.mu.Lock()
+	old := r.roster()
+	ro := &roster{members: slices.Clone(old.members), health: slices.Clone(old.health), retired: slices.Clone(old.retired), hist: slices.Clone(old.hist)}
+	keep := map[string]bool{}
+	for _, m := range ms {
+		i := slices.IndexFunc(ro.members, func(o Member) bool { return o.Addr == m.Addr })
+		if i >= 0 && !ro.retired[i] {
+			ro.members[i] = m
+			keep[m.Addr] = true
+			continue
+		}
+		h := r.newHealth()
+		h.added = true
+		ro.members = append(ro.members, m)
+		ro.health = append(ro.health, h)
+		ro.retired = append(ro.retired, false)
+		if ro.hist != nil {
+			ro.hist = append(ro.hist, r.latency.WithLabelValues(m.ID))
+		}
+		keep[m.Addr] = true
+	}
+	for i, m := range ro.members {
+		if !keep[m.Addr] {
+			ro.retired[i] = true
+		}
+	}
+	r.ros.Store(ro)
+	// The snapshot of the old roster stays valid (indexes never move) until
+	// the round that Refresh asks for drops the retired members.
+	s := r.snap.Load()
+	reachable := slices.DeleteFunc(slices.Clone(s.reachable), func(i int) bool { return ro.retired[i] })
+	if len(reachable) == 0 {
+		for i := range ro.members {
+			if !ro.retired[i] {
+				reachable = append(reachable, i)
+			}
+		}
+	}
+	leader := s.leader
+	if leader >= 0 && ro.retired[leader] {
+		leader = -1
+	}
+	sticky := s.sticky
+	if ro.retired[sticky] {
+		sticky = reachable[0]
+	}
+	r.snap.Store(r.buildSnapshot(leader, reachable, slices.DeleteFunc(slices.Clone(s.ejected), func(i int) bool { return ro.retired[i] }), slices.DeleteFunc(slices.Clone(s.benched), func(i int) bool { return ro.retired[i] }), sticky))
+	r.mu.Unlock()
+	r.Refresh()
+	return nil
 }
 
 // forgetLeader clears the cached leader if it is still idx, and asks for an
@@ -661,7 +770,7 @@ func (r *Router) forgetLeader(idx int) {
 		r.mu.Unlock()
 		return
 	}
-	h := &r.health[idx]
+	h := r.roster().health[idx]
 	h.forgotten, h.forgottenAt = true, r.forgets.Add(1)
 	r.snap.Store(r.buildSnapshot(-1, s.reachable, r.ejectedLocked(), s.benched, s.sticky))
 	r.mu.Unlock()
@@ -671,7 +780,7 @@ func (r *Router) forgetLeader(idx int) {
 // buildSnapshot assembles a snapshot; ejected and benched members that are
 // not reachable are dropped (they get no traffic at all).
 func (r *Router) buildSnapshot(leader int, reachable, ejected, benched []int, sticky int) *snapshot {
-	s := &snapshot{leader: leader, reachable: reachable, sticky: sticky, inPool: make([]bool, len(r.members))}
+	s := &snapshot{leader: leader, reachable: reachable, sticky: sticky, inPool: make([]bool, len(r.roster().members))}
 	for _, i := range reachable {
 		if !slices.Contains(benched, i) {
 			s.serving = append(s.serving, i)
@@ -684,7 +793,7 @@ func (r *Router) buildSnapshot(leader int, reachable, ejected, benched []int, st
 		default:
 			s.inPool[i] = true
 			s.pool = append(s.pool, i)
-			if r.cfg.ClientZone != "" && r.members[i].Zone == r.cfg.ClientZone {
+			if r.cfg.ClientZone != "" && r.roster().members[i].Zone == r.cfg.ClientZone {
 				s.local = append(s.local, i)
 			}
 		}

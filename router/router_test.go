@@ -110,9 +110,9 @@ func (tr testRouter) probeRound() { tr.refresh(context.Background()) }
 // refreshSequential probes one member at a time, so that a prober that
 // advances the fake clock times only its own member.
 func (tr testRouter) refreshSequential() {
-	outcomes := make([]probeOutcome, len(tr.members))
-	for i, m := range tr.members {
-		epoch := tr.health[i].busyEpoch.Load()
+	outcomes := make([]probeOutcome, len(tr.roster().members))
+	for i, m := range tr.roster().members {
+		epoch := tr.roster().health[i].busyEpoch.Load()
 		start := tr.clock.Now()
 		res, err := tr.cfg.Prober.Probe(context.Background(), m)
 		outcomes[i] = probeOutcome{res: res, rtt: tr.clock.Now().Sub(start), err: err, busyEpoch: epoch}
@@ -188,7 +188,7 @@ func TestHybridWritesToLeaderReadsSpread(t *testing.T) {
 		t.Fatalf("writes = %v, want all 300 on leader m0", writes)
 	}
 	reads := tr.run(t, 300, LinearizableRead, flat(time.Millisecond))
-	for _, m := range tr.members {
+	for _, m := range tr.roster().members {
 		if reads[m.ID] != 100 {
 			t.Fatalf("reads = %v, want 100 each", reads)
 		}

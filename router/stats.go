@@ -46,6 +46,8 @@ type MemberStats struct {
 	Readmissions  uint64
 	ProbeFailures uint64
 	Leader        bool
+	// Retired: SetMembers removed it; it takes no traffic.
+	Retired bool
 }
 
 // Reads returns the linearizable and stale reads routed to the member.
@@ -60,15 +62,16 @@ func (r *Router) Stats() Stats {
 		Policy:        r.cfg.Policy,
 		LeaderChanges: r.leaderChanges.Load(),
 		Fallbacks:     r.fallbacks.Load(),
-		Members:       make([]MemberStats, len(r.members)),
+		Members:       make([]MemberStats, len(r.roster().members)),
 	}
 	if s.leader >= 0 {
-		st.Leader = r.members[s.leader].ID
+		st.Leader = r.roster().members[s.leader].ID
 	}
-	for i := range r.members {
-		h := &r.health[i]
+	for i := range r.roster().members {
+		h := r.roster().health[i]
 		ms := MemberStats{
-			Member:        r.members[i],
+			Member:        r.roster().members[i],
+			Retired:       r.roster().retired[i],
 			ReadLatency:   h.read.Value(),
 			ProbeRTT:      h.probe.Value(),
 			Ejected:       slices.Contains(s.ejected, i) || slices.Contains(s.benched, i),

@@ -1,0 +1,100 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestSetMembers(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	tr.probeRound()
+	tr.run(t, 300, LinearizableRead, flat(time.Millisecond))
+	ms := members(4)
+	next := []Member{ms[0], ms[1], ms[3]} // m2 leaves, m3 joins
+	tr.cluster.set("m0", 1, "m3")         // m3 does not answer yet
+	if err := tr.SetMembers(next); err != nil {
+		t.Fatal(err)
+	}
+	if c := tr.run(t, 300, LinearizableRead, flat(time.Millisecond)); c["m2"] != 0 || c["m3"] != 0 {
+		t.Fatalf("reads before m3's first probe: %v; want none at m2 (retired) or m3 (unprobed)", c)
+	}
+	tr.probeRound() // a failed probe changes nothing
+	if c := tr.run(t, 30, LinearizableRead, flat(time.Millisecond)); c["m3"] != 0 {
+		t.Fatalf("reads with m3 not answering: %v", c)
+	}
+	tr.cluster.set("m0", 1)
+	tr.probeRound()
+	if c := tr.run(t, 300, LinearizableRead, flat(time.Millisecond)); c["m2"] != 0 || c["m3"] != 100 {
+		t.Fatalf("reads after m3's first probe: %v, want a third at m3 and none at m2", c)
+	}
+	st := tr.Stats()
+	if len(st.Members) != 4 || !st.Members[2].Retired || st.Members[3].Retired {
+		t.Fatalf("members after the change: %+v", st.Members)
+	}
+	if got := st.Members[0].Ops[LinearizableRead]; got != 100+150+15+100 {
+		t.Errorf("m0's counts were not kept: %d reads, want 365", got)
+	}
+	if _, err := tr.Pick(WithMember(context.Background(), "m2"), LinearizableRead); !errors.Is(err, ErrUnknownMember) {
+		t.Errorf("a call forced to the retired m2: %v, want ErrUnknownMember", err)
+	}
+	if got := len(tr.Members()); got != 3 {
+		t.Errorf("Members() lists %d, want 3", got)
+	}
+
+	// The leader leaves: writes fall back at once, and the next leader is
+	// found by the probes.
+	if err := tr.SetMembers([]Member{ms[1], ms[3]}); err != nil {
+		t.Fatal(err)
+	}
+	if st := tr.Stats(); st.Leader != "" {
+		t.Fatalf("leader %q after it was removed", st.Leader)
+	}
+	tr.cluster.set("m1", 2)
+	tr.probeRound()
+	if w := tr.run(t, 30, Write, flat(time.Millisecond)); w["m1"] != 30 {
+		t.Fatalf("writes after the leader left: %v, want all at m1", w)
+	}
+
+	for _, bad := range [][]Member{nil, {ms[1], {ID: "again", Addr: ms[1].Addr}}, {{ID: "x"}}} {
+		if err := tr.SetMembers(bad); err == nil {
+			t.Errorf("SetMembers(%v) accepted", bad)
+		}
+	}
+}
+
+// Picks and Done run while the member set changes (run with -race).
+func TestSetMembersUnderLoad(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	ms := members(4)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p, err := tr.Pick(context.Background(), LinearizableRead)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				p.Done(OK)
+			}
+		})
+	}
+	for k := range 200 {
+		set := []Member{ms[0], ms[1+k%3]}
+		if err := tr.SetMembers(set); err != nil {
+			t.Fatal(err)
+		}
+		tr.probeRound()
+	}
+	close(stop)
+	wg.Wait()
+}
