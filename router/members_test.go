@@ -58,6 +58,17 @@ func TestSetMembers(t *testing.T) {
 		t.Fatalf("writes after the leader left: %v, want all at m1", w)
 	}
 
+	// m2 comes back: a new index; and stays on the next change.
+	if err := tr.SetMembers([]Member{ms[1], ms[2], ms[3]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.SetMembers([]Member{ms[1], ms[2], ms[3]}); err != nil {
+		t.Fatal(err)
+	}
+	if st := tr.Stats(); len(st.Members) != 5 || st.Members[4].Retired || st.Members[4].Member.ID != "m2" {
+		t.Fatalf("m2 re-added twice: %+v", st.Members)
+	}
+
 	for _, bad := range [][]Member{nil, {ms[1], {ID: "again", Addr: ms[1].Addr}}, {{ID: "x"}}} {
 		if err := tr.SetMembers(bad); err == nil {
 			t.Errorf("SetMembers(%v) accepted", bad)

@@ -713,7 +713,15 @@ func (r *Router) SetMembers(ms []Member) error {
 	keep := map[string]bool{}
 	for _, m := range ms {
 		i := slices.IndexFunc(ro.members, func(o Member) bool { return o.Addr == m.Addr })
-		if i >= 0 && !ro.retired[i] {
+		for i >= 0 && ro.retired[i] { // a live one added since?
+			j := slices.IndexFunc(ro.members[i+1:], func(o Member) bool { return o.Addr == m.Addr })
+			if j < 0 {
+				i = -1
+				break
+			}
+			i += 1 + j
+		}
+		if i >= 0 {
 			ro.members[i] = m
 			keep[m.Addr] = true
 			continue

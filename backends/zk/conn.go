@@ -172,10 +172,11 @@ func WithMember(ctx context.Context, server string) context.Context {
 // Conn is a ZooKeeper client with go-zookeeper's call shapes whose
 // operations are routed by what they ask of ZAB. See the package doc.
 type Conn struct {
-	r              *router.Router
-	members        []router.Member
-	addrs          []string
-	byAddr         map[string]int
+	r *router.Router
+	// srv is the server list, replaced as a whole by SetServers (indexes
+	// never move: servers are added or retired, as in the router).
+	srv            atomic.Pointer[serverList]
+	srvMu          sync.Mutex // serialises SetServers
 	sessionTimeout time.Duration
 	o              options
 
@@ -213,9 +214,7 @@ type Conn struct {
 	moves    atomic.Uint64    // sessions established on another server than their last
 	expiries [2]atomic.Uint64 // sessions expired: primary, member
 
-	probeKeys    []probeKey    // per server
-	probeEntries []*probeEntry // shared with the process's other Conns
-	probeMaxAge  time.Duration
+	probeMaxAge time.Duration
 }
 
 type authCred struct {
@@ -271,13 +270,15 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	if err != nil {
 		return nil, nil, err
 	}
-	c := &Conn{sessionTimeout: sessionTimeout, o: o, members: ms, byAddr: byAddr,
+	c := &Conn{sessionTimeout: sessionTimeout, o: o,
 		events: make(chan zk.Event, eventBuffer), done: make(chan struct{})}
+	srv := &serverList{members: ms, byAddr: byAddr, retired: make([]bool, len(ms))}
 	for _, m := range ms {
-		c.addrs = append(c.addrs, m.Addr)
+		srv.addrs = append(srv.addrs, m.Addr)
 	}
+	c.srv.Store(srv)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.mem = make([]*session, len(c.members))
+	c.mem = make([]*session, len(ms))
 	rcfg := o.Config(router.Config{Policy: router.Hybrid, MinEjectGap: DefaultMinEjectGap})
 	c.onEvent = rcfg.OnEvent
 	if c.onEvent == nil {
@@ -291,11 +292,10 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 		close(c.cbDone)
 	}
 	c.probeMaxAge = cmp.Or(rcfg.ProbeInterval, router.DefaultProbeInterval) / 2
-	c.probeKeys = c.probeKeysFor()
-	for _, k := range c.probeKeys {
-		c.probeEntries = append(c.probeEntries, acquireProbe(k))
+	for _, a := range srv.addrs {
+		srv.probes = append(srv.probes, acquireProbe(c.probeKey(a)))
 	}
-	rcfg.Members, rcfg.Prober, rcfg.OnRefresh = c.members, router.ProberFunc(c.probe), c.rebalance
+	rcfg.Members, rcfg.Prober, rcfg.OnRefresh = ms, router.ProberFunc(c.probe), c.rebalance
 	r, err := router.New(rcfg)
 	if err != nil {
 		c.stopCallbacks()
@@ -306,7 +306,7 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	if err := r.WaitProbed(o.connectTimeout); err != nil {
 		r.Close()
 		c.stopCallbacks()
-		return nil, nil, fmt.Errorf("%w within %v: %v", ErrUnreachable, o.connectTimeout, c.addrs)
+		return nil, nil, fmt.Errorf("%w within %v: %v", ErrUnreachable, o.connectTimeout, srv.addrs)
 	}
 	if c.primary, err = c.newSession("primary", -1, c.onPrimaryEvent); err != nil {
 		r.Close()
@@ -319,7 +319,7 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	for c.primary.zk.State() != zk.StateHasSession {
 		if time.Now().After(deadline) {
 			c.Close()
-			return nil, nil, fmt.Errorf("%w: no session within %v: %v", ErrUnreachable, o.connectTimeout, c.addrs)
+			return nil, nil, fmt.Errorf("%w: no session within %v: %v", ErrUnreachable, o.connectTimeout, srv.addrs)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -350,14 +350,81 @@ func (c *Conn) rebalance() {
 	if !c.expired.Load() {
 		c.primary.follow()
 	}
+	srv := c.servers()
 	c.memMu.Lock()
+	var gone []*session
+	for i, s := range c.mem {
+		if s != nil && i < len(srv.retired) && srv.retired[i] {
+			gone = append(gone, s) // its server left the Conn
+			c.mem[i] = nil
+		}
+	}
 	mem := slices.Clone(c.mem)
 	c.memMu.Unlock()
+	for _, s := range gone {
+		c.bg.Go(s.close)
+	}
 	for _, s := range mem {
 		if s != nil {
 			s.follow()
 		}
 	}
+}
+
+// SetServers changes the Conn's servers to servers (as given to Connect),
+// for a server list that changed at run time. A server already known keeps
+// its sessions and its health; a new one takes calls after its first good
+// probe; a server left out gets no new calls: the calls in flight there
+// finish, its session is closed and the primary session moves off it. It
+// fails, changing nothing, on an empty list, a bad server or a duplicate.
+func (c *Conn) SetServers(servers []string) error {
+	if err := c.check(context.Background()); err != nil {
+		return err
+	}
+	ms, _, err := members.Build(servers, hostPort, c.o.Zones)
+	if err != nil {
+		return err
+	}
+	c.srvMu.Lock()
+	defer c.srvMu.Unlock()
+	if err := c.r.SetMembers(ms); err != nil {
+		return mapRouterErr(err)
+	}
+	// The router's members, by index, are the Conn's servers.
+	old, st := c.servers(), c.r.Stats()
+	srv := &serverList{byAddr: map[string]int{}}
+	for i, m := range st.Members {
+		addr := m.Member.Addr
+		srv.members = append(srv.members, m.Member)
+		srv.addrs = append(srv.addrs, addr)
+		srv.retired = append(srv.retired, m.Retired)
+		srv.byAddr[addr] = i
+		known := i < len(old.probes) && old.probes[i] != nil
+		var e *probeEntry
+		switch {
+		case m.Retired && known:
+			releaseProbe(c.probeKey(addr))
+		case m.Retired:
+		case known:
+			e = old.probes[i]
+		default:
+			e = acquireProbe(c.probeKey(addr))
+		}
+		srv.probes = append(srv.probes, e)
+	}
+	for i, m := range st.Members { // an address retired and added again: the live index
+		if !m.Retired {
+			srv.byAddr[m.Member.Addr] = i
+		}
+	}
+	c.srv.Store(srv)
+	c.memMu.Lock()
+	for len(c.mem) < len(srv.addrs) {
+		c.mem = append(c.mem, nil)
+	}
+	c.memMu.Unlock()
+	c.r.Refresh()
+	return nil
 }
 
 func (c *Conn) onPrimaryEvent(ev zk.Event) {
@@ -392,8 +459,11 @@ func (c *Conn) stopCallbacks() {
 }
 
 func (c *Conn) releaseProbes() {
-	for _, k := range c.probeKeys {
-		releaseProbe(k)
+	srv := c.servers()
+	for i, a := range srv.addrs {
+		if !srv.retired[i] {
+			releaseProbe(c.probeKey(a))
+		}
 	}
 }
 
@@ -474,7 +544,7 @@ func (c *Conn) sessionFor(idx int) (*session, error) {
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("oproute/zk: session for %s: %w", c.members[idx].ID, err)
+		return nil, fmt.Errorf("oproute/zk: session for %s: %w", c.servers().members[idx].ID, err)
 	}
 	c.mem[idx] = s
 	return s, nil
@@ -556,7 +626,7 @@ func route[T any](c *Conn, ctx context.Context, op router.Op, attempts int, boun
 	pctx := ctx
 	if bound != nil {
 		if cur := int(bound.cur.Load()); cur >= 0 {
-			pctx = router.WithMember(ctx, c.members[cur].ID) // count it where it goes
+			pctx = router.WithMember(ctx, c.servers().members[cur].ID) // count it where it goes
 		}
 	}
 	var err error
@@ -619,7 +689,7 @@ func mapRouterErr(err error) error {
 func (c *Conn) sessionMoved(s *session, from, to int) {
 	c.moves.Add(1)
 	c.onEvent(router.Event{Kind: EventSessionMoved, Attrs: []slog.Attr{
-		slog.String("session", s.name), slog.String("from", c.members[from].ID), slog.String("to", c.members[to].ID)}})
+		slog.String("session", s.name), slog.String("from", c.servers().members[from].ID), slog.String("to", c.servers().members[to].ID)}})
 }
 
 func (c *Conn) sessionExpired(name string) {
@@ -683,7 +753,7 @@ func (c *Conn) Server() string { return c.primary.zk.Server() }
 // SessionServers returns, per server index, how many of the Conn's
 // sessions are connected there (for tests and diagnostics).
 func (c *Conn) SessionServers() []int {
-	n := make([]int, len(c.members))
+	n := make([]int, len(c.servers().members))
 	if i := c.primary.cur.Load(); i >= 0 {
 		n[i]++
 	}
@@ -752,4 +822,27 @@ func goroutineID() uint64 {
 	b := bytes.TrimPrefix(buf[:runtime.Stack(buf[:], false)], []byte("goroutine "))
 	id, _ := strconv.ParseUint(string(b[:bytes.IndexByte(b, ' ')]), 10, 64)
 	return id
+}
+
+// serverList is the Conn's servers, by index (the router's member index).
+// Never changed in place: SetServers publishes a new one.
+type serverList struct {
+	members []router.Member
+	addrs   []string
+	byAddr  map[string]int
+	retired []bool
+	probes  []*probeEntry // nil for a retired server
+}
+
+func (c *Conn) servers() *serverList { return c.srv.Load() }
+
+// active returns the indexes of the servers not retired.
+func (l *serverList) active() []int {
+	var out []int
+	for i := range l.addrs {
+		if !l.retired[i] {
+			out = append(out, i)
+		}
+	}
+	return out
 }

@@ -321,3 +321,86 @@ func TestBadServersLeaveNothingRunning(t *testing.T) {
 		}
 	}
 }
+
+// The server list changes at run time: a server added takes reads after
+// its first good probe; one removed (the leader, here) gets nothing more —
+// checked by its own mntr — and the primary session moves off it; writes
+// go on.
+func TestSetServers(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	eps := c.Endpoints()
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	added := (leader + 2) % 3
+	var first []string
+	for i := range eps {
+		if i != added {
+			first = append(first, eps[i])
+		}
+	}
+	conn, _, err := ozk.Connect(first, sessionTimeout, ozk.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.CreateContext(ctx, "/ss", []byte("x"), 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.SetServers(eps); err != nil {
+		t.Fatal(err)
+	}
+	conformance.Poll(t, 5*time.Second, "the added server reachable", func() bool {
+		for _, m := range conn.Stats().Members {
+			if m.Member.ID == eps[added] {
+				return m.Reachable
+			}
+		}
+		return false
+	})
+	_, reads0 := requests(t, c)
+	for range 300 {
+		if _, _, err := conn.GetContext(ctx, "/ss"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, reads1 := requests(t, c)
+	if n := reads1[added] - reads0[added]; n < 100 {
+		t.Errorf("the added server served %d read requests of 600, want its third", n)
+	}
+
+	var rest []string
+	for i := range eps {
+		if i != leader {
+			rest = append(rest, eps[i])
+		}
+	}
+	if err := conn.SetServers(rest); err != nil {
+		t.Fatal(err)
+	}
+	conformance.Poll(t, 5*time.Second, "the primary session off the removed leader", func() bool {
+		return conn.Server() != eps[leader] && conn.State() == zk.StateHasSession
+	})
+	updates0, reads0 := requests(t, c)
+	for n := range 100 {
+		if _, _, err := conn.GetContext(ctx, "/ss"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.SetContext(ctx, "/ss", []byte{byte(n)}, -1); err != nil {
+			t.Fatalf("write %d after the leader was removed from the list: %v", n, err)
+		}
+	}
+	updates1, reads1 := requests(t, c)
+	if reads1[leader] != reads0[leader] || updates1[leader] != updates0[leader] {
+		t.Errorf("the removed server still served %d reads and %d writes of its own sessions", reads1[leader]-reads0[leader], updates1[leader]-updates0[leader])
+	}
+	if err := conn.SetServers(nil); !errors.Is(err, router.ErrNoMembers) {
+		t.Errorf("SetServers(nil): %v, want ErrNoMembers", err)
+	}
+	if err := conn.SetServers([]string{eps[0], eps[0]}); !errors.Is(err, router.ErrDuplicateMember) {
+		t.Errorf("duplicate servers: %v, want ErrDuplicateMember", err)
+	}
+}

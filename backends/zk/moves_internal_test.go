@@ -28,7 +28,7 @@ func TestCloseEndsMovesAtOnce(t *testing.T) {
 	}
 	defer s.gate.leave()
 	s.moving.Store(true)
-	conn.bg.Go(func() { s.moveDrained(conn.ctx, (int(s.cur.Load())+1)%len(conn.members)) })
+	conn.bg.Go(func() { s.moveDrained(conn.ctx, (int(s.cur.Load())+1)%len(conn.servers().members)) })
 	deadline := time.Now().Add(5 * time.Second)
 	for !gateShut(&s.gate) {
 		if time.Now().After(deadline) {

@@ -114,8 +114,12 @@ func (e *probeEntry) get(ctx context.Context, maxAge time.Duration, probe func(c
 // shared with the process's other Conns (see probes). ruok would prove
 // nothing: a server without quorum answers imok.
 func (c *Conn) probe(ctx context.Context, m router.Member) (router.ProbeResult, error) {
-	idx := c.byAddr[m.Addr]
-	return c.probeEntries[idx].get(ctx, c.probeMaxAge, func(ctx context.Context) (router.ProbeResult, error) {
+	srv := c.servers()
+	idx, ok := srv.byAddr[m.Addr]
+	if !ok || srv.probes[idx] == nil {
+		return router.ProbeResult{}, fmt.Errorf("oproute/zk: %s is no longer a server of the Conn", m.ID)
+	}
+	return srv.probes[idx].get(ctx, c.probeMaxAge, func(ctx context.Context) (router.ProbeResult, error) {
 		return c.srvr(ctx, m.Addr)
 	})
 }
@@ -142,17 +146,13 @@ func (c *Conn) srvr(ctx context.Context, addr string) (router.ProbeResult, error
 	return probeResult(st), nil
 }
 
-// probeKeysFor returns the Conn's probe keys, one per server.
-func (c *Conn) probeKeysFor() []probeKey {
+// probeKey is the Conn's probe key for a server address.
+func (c *Conn) probeKey(addr string) probeKey {
 	dialer := c.o.dialerKey
 	if dialer == "" && c.o.customDialer {
 		dialer = fmt.Sprintf("conn %p", c)
 	}
-	keys := make([]probeKey, len(c.addrs))
-	for i, a := range c.addrs {
-		keys[i] = probeKey{a, dialer}
-	}
-	return keys
+	return probeKey{addr, dialer}
 }
 
 // probeResult maps a server's srvr answer to what the router needs.

@@ -51,7 +51,7 @@ type session struct {
 func (c *Conn) newSession(name string, home int, onEvent zk.EventCallback) (*session, error) {
 	s := &session{c: c, name: name, home: home, last: -1, authSem: make(chan struct{}, 1)}
 	s.cur.Store(-1)
-	conn, events, err := zk.Connect(c.addrs, c.sessionTimeout,
+	conn, events, err := zk.Connect(c.servers().addrs, c.sessionTimeout,
 		zk.WithHostProvider(s),
 		zk.WithDialer(s.dial),
 		zk.WithLogger(c.o.logger),
@@ -136,7 +136,7 @@ func (s *session) target() int {
 func (s *session) Init([]string) error { return nil }
 
 // Len implements zk.HostProvider.
-func (s *session) Len() int { return len(s.c.addrs) }
+func (s *session) Len() int { return len(s.c.servers().active()) }
 
 // Next implements zk.HostProvider: the target first if the session may
 // settle there (settled), then the other members that serve, then the rest. After a full pass without a session it
@@ -146,7 +146,9 @@ func (s *session) Len() int { return len(s.c.addrs) }
 // makes go-zookeeper fail the queued requests with zk.ErrNoServer, comes
 // only once the session has had no server for a session timeout.
 func (s *session) Next() (string, bool) {
-	n := len(s.c.addrs)
+	srv := s.c.servers()
+	active := srv.active()
+	n := len(active)
 	order := make([]int, 0, n)
 	t := s.target()
 	if t < 0 {
@@ -156,13 +158,14 @@ func (s *session) Next() (string, bool) {
 	// serve, then the rest. A target that is out of reach (frozen, cut off)
 	// would hold the handshake until its deadline.
 	first := func(i int) bool { return i == t && s.settled(t) }
+	start := max(slices.Index(active, t), 0)
 	for k := range n {
-		if i := (t + k) % n; first(i) || s.c.r.Serves(i) {
+		if i := active[(start+k)%n]; first(i) || s.c.r.Serves(i) {
 			order = append(order, i)
 		}
 	}
 	for k := range n {
-		if i := (t + k) % n; !first(i) && !s.c.r.Serves(i) {
+		if i := active[(start+k)%n]; !first(i) && !s.c.r.Serves(i) {
 			order = append(order, i)
 		}
 	}
@@ -183,7 +186,7 @@ func (s *session) Next() (string, bool) {
 			retry, s.lastRetry = true, now
 		}
 	}
-	return s.c.addrs[order[a%n]], retry
+	return srv.addrs[order[a%n]], retry
 }
 
 // Connected implements zk.HostProvider. A session established on another
@@ -214,7 +217,7 @@ func (s *session) dial(network, addr string, timeout time.Duration) (net.Conn, e
 	s.connMu.Lock()
 	s.conn = conn
 	s.connMu.Unlock()
-	s.cur.Store(int32(s.c.byAddr[addr]))
+	s.cur.Store(int32(s.c.servers().byAddr[addr]))
 	return cappedConn{conn, max(s.c.sessionTimeout, 2*time.Second), new(atomic.Bool)}, nil
 }
 
@@ -240,6 +243,16 @@ func (c cappedConn) SetReadDeadline(t time.Time) error {
 		t = time.Now().Add(c.max)
 	}
 	return c.Conn.SetReadDeadline(t)
+}
+
+// close ends the session (its server left the Conn) after the calls in
+// flight, for at most the drain timeout.
+func (s *session) close() {
+	s.gate.shut(s.c.ctx, 2*time.Second)
+	s.gate.open()
+	s.zk.Close()
+	for range s.events { // closed when go-zookeeper's goroutines end
+	}
 }
 
 // kick closes the session's TCP connection: requests in flight fail with
