@@ -31,7 +31,9 @@ var routers sync.Map // string → *routerEntry
 type routerEntry struct {
 	r              *router.Router
 	connsPerMember int
-	byAddr         map[string]int // member address → index
+	// byAddr maps each current member's address to its router index; it
+	// follows the client's endpoints (followEndpoints).
+	byAddr atomic.Pointer[map[string]int]
 	// connected holds, per balancer (*pickerBuilder), the members with a
 	// ready connection in its newest picker, for the prober: probing a
 	// member with none would only fail, and clientv3's retry interceptor
@@ -39,6 +41,12 @@ type routerEntry struct {
 	// opens short-lived connections of its own for Status, HashKV and
 	// Defragment with the same dial options, hence this balancer too.
 	connected sync.Map // *pickerBuilder → []int
+}
+
+// indexOf returns the router index of the member at addr.
+func (e *routerEntry) indexOf(addr string) (int, bool) {
+	i, ok := (*e.byAddr.Load())[addr]
+	return i, ok
 }
 
 // isConnected reports whether member idx has a ready connection.
@@ -107,8 +115,9 @@ func (b *lb) UpdateClientConnState(s balancer.ClientConnState) error {
 		b.inner = base.NewBalancerBuilder(balancerName, b.pb, base.Config{}).Build(b.cc, b.opts)
 	}
 	var addrs []resolver.Address
+	byAddr := *entry.byAddr.Load()
 	for _, a := range flatten(s.ResolverState) {
-		member, ok := entry.byAddr[a.Addr]
+		member, ok := byAddr[a.Addr]
 		n := entry.connsPerMember
 		if !ok {
 			member, n = -1, 1
@@ -187,7 +196,10 @@ func (pb *pickerBuilder) build(info base.PickerBuildInfo) balancer.Picker {
 	if len(info.ReadySCs) == 0 {
 		return base.NewErrPicker(balancer.ErrNoSubConnAvailable)
 	}
-	n := len(pb.entry.byAddr)
+	n := 0 // members by index: the highest current index + 1
+	for _, i := range *pb.entry.byAddr.Load() {
+		n = max(n, i+1)
+	}
 	conns := make([][]balancer.SubConn, n)
 	var ready []int
 	var others []balancer.SubConn

@@ -32,7 +32,6 @@ type Client struct {
 	*clientv3.Client
 	router  *router.Router
 	id      string
-	index   map[string]int                  // member ID → index, for probes
 	current atomic.Pointer[clientv3.Client] // for the prober, which starts before New returns
 	closed  atomic.Bool
 	streams *streams
@@ -40,6 +39,8 @@ type Client struct {
 	// before New returns.
 	routerReady atomic.Pointer[router.Router]
 	entry       atomic.Pointer[routerEntry] // the balancer's view, for the prober
+	zones       map[string]string           // WithZones, for endpoints added later
+	endpoints   []string                    // the endpoints the router's members follow; probing goroutine only
 }
 
 // Sentinel errors, besides the router's (router.ErrDuplicateMember,
@@ -141,11 +142,8 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 
-	c := &Client{id: "c" + strconv.FormatUint(clientSeq.Add(1), 10), index: map[string]int{}}
+	c := &Client{id: "c" + strconv.FormatUint(clientSeq.Add(1), 10), zones: o.Zones, endpoints: slices.Clone(cfg.Endpoints)}
 	c.streams = newStreams(func() *router.Router { return c.routerReady.Load() })
-	for i, m := range ms {
-		c.index[m.ID] = i
-	}
 	rcfg := o.Config(router.Config{Policy: router.Hybrid})
 	rcfg.Members, rcfg.Prober = ms, router.ProberFunc(c.probe)
 	if rcfg.OnEvent == nil {
@@ -156,6 +154,7 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 	}
 	userRefresh := rcfg.OnRefresh
 	rcfg.OnRefresh = func() {
+		c.followEndpoints()
 		c.streams.moveOff()
 		if userRefresh != nil {
 			userRefresh()
@@ -167,7 +166,8 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 	}
 	c.router = r
 	c.routerReady.Store(r)
-	entry := &routerEntry{r: r, connsPerMember: o.connsPerMember, byAddr: byAddr}
+	entry := &routerEntry{r: r, connsPerMember: o.connsPerMember}
+	entry.byAddr.Store(&byAddr)
 	c.entry.Store(entry)
 	routers.Store(c.id, entry)
 
@@ -239,8 +239,15 @@ func (c *Client) probe(ctx context.Context, m router.Member) (router.ProbeResult
 	if cli == nil {
 		return router.ProbeResult{}, errors.New("oproute/etcd: client starting")
 	}
-	idx := c.index[m.ID]
-	if e := c.entry.Load(); e == nil || !e.isConnected(idx) {
+	e := c.entry.Load()
+	if e == nil {
+		return router.ProbeResult{}, errors.New("oproute/etcd: client starting")
+	}
+	idx, ok := e.indexOf(m.Addr)
+	if !ok {
+		return router.ProbeResult{}, fmt.Errorf("status of %s: no longer an endpoint", m.ID)
+	}
+	if !e.isConnected(idx) {
 		// Not connected (yet, or any more): the probe fails without a call,
 		// so nothing logs it. Connect takes the channel out of idle (gRPC
 		// dials nothing before the first call or Connect) and is a no-op
@@ -285,6 +292,43 @@ func authRefused(err error) bool {
 		return strings.Contains(st.Message(), "user name is empty")
 	}
 	return false
+}
+
+// followEndpoints makes the router's members follow clientv3's endpoints
+// (SetEndpoints, Sync, AutoSyncInterval change them): a new endpoint
+// becomes a member that takes traffic after its first good probe, a
+// dropped one is retired (no new calls; streams there move). It runs
+// after every probe round.
+func (c *Client) followEndpoints() {
+	cli := c.current.Load()
+	e := c.entry.Load()
+	if cli == nil || e == nil || c.closed.Load() {
+		return
+	}
+	eps := cli.Endpoints()
+	if slices.Equal(eps, c.endpoints) || len(eps) == 0 {
+		return
+	}
+	ms, _, err := members.Build(eps, hostPort, c.zones)
+	if err == nil {
+		err = c.router.SetMembers(ms)
+	}
+	if err != nil {
+		cli.GetLogger().Warn("oproute: endpoints not followed", zap.Strings("endpoints", eps), zap.Error(err))
+		c.endpoints = eps
+		return
+	}
+	byAddr := map[string]int{}
+	for i, m := range c.router.Stats().Members {
+		if !m.Retired {
+			byAddr[m.Member.Addr] = i
+		}
+	}
+	e.byAddr.Store(&byAddr)
+	c.endpoints = eps
+	// The balancer labelled the new endpoints' connections before the
+	// router knew them: resolve again so that it labels them by member.
+	cli.SetEndpoints(eps...)
 }
 
 // logEvent logs a router event on the client's zap logger, as etcd's own

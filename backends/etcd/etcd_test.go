@@ -579,3 +579,74 @@ func TestMetricsAndEvents(t *testing.T) {
 		t.Errorf("%d %s warnings for the killed member, want 1: %v", n, router.EventUnreachable, logs.All())
 	}
 }
+
+// The router follows clientv3's endpoints: SetEndpoints adding one makes
+// it a member that serves reads after its first good probe; removing the
+// leader's endpoint retires it — checked by its own /metrics — while
+// writes go on through the others; Sync (MemberList) brings back the
+// members the cluster advertises.
+func TestEndpointsFollowed(t *testing.T) {
+	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
+	eps := c.Endpoints()
+	cli, err := etcd.New(clientv3.Config{Endpoints: eps[:2], Logger: zap.NewNop(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	counts := func(method string) []uint64 {
+		out := make([]uint64, len(eps))
+		for i := range eps {
+			n, err := c.GRPCCounts(ctx, i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[i] = n[method]
+		}
+		return out
+	}
+	live := func() map[string]bool {
+		m := map[string]bool{}
+		for _, ms := range cli.Stats().Members {
+			if !ms.Retired && ms.Reachable && ms.ProbeOK {
+				m[ms.Member.Addr] = true
+			}
+		}
+		return m
+	}
+	cli.SetEndpoints(eps...)
+	conformance.Poll(t, 5*time.Second, "the added endpoint probed", func() bool { return len(live()) == 3 })
+	before := counts("etcdserverpb.KV/Range")
+	for range 300 {
+		if _, err := cli.Get(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := counts("etcdserverpb.KV/Range")
+	if n := after[2] - before[2]; n < 80 {
+		t.Errorf("the added member served %d of 300 reads, want about a third", n)
+	}
+
+	cli.SetEndpoints(eps[1:]...) // m0, the leader, leaves the list
+	conformance.Poll(t, 5*time.Second, "the removed endpoint retired", func() bool { return !live()["127.0.0.1:"+strings.Split(eps[0], ":")[2]] && len(live()) == 2 })
+	beforeR, beforeP := counts("etcdserverpb.KV/Range"), counts("etcdserverpb.KV/Put")
+	for n := range 100 {
+		if _, err := cli.Get(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Put(ctx, "k", fmt.Sprint(n)); err != nil {
+			t.Fatalf("write %d without the leader's endpoint: %v", n, err)
+		}
+	}
+	afterR, afterP := counts("etcdserverpb.KV/Range"), counts("etcdserverpb.KV/Put")
+	if afterR[0] != beforeR[0] || afterP[0] != beforeP[0] {
+		t.Errorf("the removed member received %d reads and %d writes", afterR[0]-beforeR[0], afterP[0]-beforeP[0])
+	}
+
+	if err := cli.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conformance.Poll(t, 5*time.Second, "every advertised member back after Sync", func() bool { return len(live()) == 3 })
+	t.Logf("endpoints after Sync: %v", cli.Endpoints())
+}
