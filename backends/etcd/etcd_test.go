@@ -294,17 +294,7 @@ func TestOverridesAndZonePreference(t *testing.T) {
 	zones := map[string]string{eps[0]: "a", eps[1]: "a", eps[2]: "b"}
 	cli := newClient(t, c, etcd.WithZones("a", zones))
 	ctx := context.Background()
-	count := func() [3]uint64 {
-		var out [3]uint64
-		for i := range out {
-			n, err := c.GRPCCounts(ctx, i)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[i] = n["etcdserverpb.KV/Range"]
-		}
-		return out
-	}
+	count := func() []uint64 { return served(t, c, "etcdserverpb.KV/Range") }
 	leader, _ := c.Leader(ctx)
 	for _, tc := range []struct {
 		name string
@@ -533,17 +523,7 @@ func TestMetricsAndEvents(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	eps := c.Endpoints()
-	ranges := func() []uint64 {
-		out := make([]uint64, len(eps))
-		for i := range eps {
-			n, err := c.GRPCCounts(ctx, i)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[i] = n["etcdserverpb.KV/Range"]
-		}
-		return out
-	}
+	ranges := func() []uint64 { return served(t, c, "etcdserverpb.KV/Range") }
 	before := ranges()
 	for range 300 {
 		if _, err := cli.Get(ctx, "k"); err != nil {
@@ -595,17 +575,7 @@ func TestEndpointsFollowed(t *testing.T) {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	counts := func(method string) []uint64 {
-		out := make([]uint64, len(eps))
-		for i := range eps {
-			n, err := c.GRPCCounts(ctx, i)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[i] = n[method]
-		}
-		return out
-	}
+	counts := func(method string) []uint64 { return served(t, c, method) }
 	live := func() map[string]bool {
 		m := map[string]bool{}
 		for _, ms := range cli.Stats().Members {
@@ -649,4 +619,19 @@ func TestEndpointsFollowed(t *testing.T) {
 	}
 	conformance.Poll(t, 5*time.Second, "every advertised member back after Sync", func() bool { return len(live()) == 3 })
 	t.Logf("endpoints after Sync: %v", cli.Endpoints())
+}
+
+// served returns how many calls of method (e.g. "etcdserverpb.KV/Range")
+// each member has served, by its own /metrics.
+func served(t *testing.T, c *testbed.EtcdCluster, method string) []uint64 {
+	t.Helper()
+	out := make([]uint64, c.Size())
+	for i := range out {
+		n, err := c.GRPCCounts(context.Background(), i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = n[method]
+	}
+	return out
 }

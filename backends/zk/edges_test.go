@@ -23,13 +23,7 @@ import (
 // SYN would) must not clear the leader: followers never name it, so the
 // router used to send writes round robin for a probe round each time.
 func TestLostLeaderProbeKeepsWritesAtLeader(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	leader, err := c.Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, ctx, leader := startWithLeader(t)
 	leaderAddr := c.Endpoints()[leader]
 	var dials, lost atomic.Int64
 	dialer := func(network, addr string, timeout time.Duration) (net.Conn, error) {
@@ -81,13 +75,7 @@ func sub(a, b []uint64) []uint64 {
 // without it: once its zxid is MaxLag behind the leader's, it leaves the
 // read pool, before it stops serving.
 func TestLaggingFollowerLeavesThePool(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	leader, err := c.Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, ctx, leader := startWithLeader(t)
 	lagging := (leader + 1) % c.Size()
 	const maxLag = 100
 	conn, _ := connect(t, c, ozk.WithRouterConfig(func(cfg *router.Config) { cfg.MaxLag = maxLag }))
@@ -118,17 +106,11 @@ func TestLaggingFollowerLeavesThePool(t *testing.T) {
 // — must not deadlock: go-zookeeper runs its callback on the loop that its
 // Close waits for.
 func TestCloseFromEventCallback(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	leader, err := c.Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _, leader := startWithLeader(t)
 	var conn *ozk.Conn
 	ready, closed := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	conn, _, err = ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithLogger(quiet{}), ozk.WithEventCallback(func(ev zk.Event) {
+	conn, _, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithLogger(quiet{}), ozk.WithEventCallback(func(ev zk.Event) {
 		if ev.State == zk.StateDisconnected {
 			<-ready
 			once.Do(func() {
@@ -327,14 +309,8 @@ func TestBadServersLeaveNothingRunning(t *testing.T) {
 // checked by its own mntr — and the primary session moves off it; writes
 // go on.
 func TestSetServers(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	c, ctx, leader := startWithLeader(t)
 	eps := c.Endpoints()
-	leader, err := c.Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	added := (leader + 2) % 3
 	var first []string
 	for i := range eps {
@@ -403,4 +379,18 @@ func TestSetServers(t *testing.T) {
 	if err := conn.SetServers([]string{eps[0], eps[0]}); !errors.Is(err, router.ErrDuplicateMember) {
 		t.Errorf("duplicate servers: %v, want ErrDuplicateMember", err)
 	}
+}
+
+// startWithLeader starts an ensemble for t and returns it, a context
+// bounded by a minute and ended with t, and the index of its leader.
+func startWithLeader(t *testing.T) (*testbed.ZKCluster, context.Context, int) {
+	t.Helper()
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, ctx, leader
 }
