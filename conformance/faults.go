@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/oproute/oproute/router"
 )
 
 // The fault matrix: grey failures a member can show while it still answers
@@ -136,13 +138,22 @@ func faultSetup(t *testing.T, h Harness, prefix string) (Cluster, Client, int) {
 
 // afterEjection measures the reads that ended over window, starting once the
 // reads in flight when the member left the pool have had their deadline.
-func afterEjection(t *testing.T, l *readLoad, deadline, window time.Duration, maxFailed float64) {
+func afterEjection(t *testing.T, cli Client, l *readLoad, deadline, window time.Duration, maxFailed float64) {
 	t.Helper()
 	from := time.Now().Add(deadline)
-	time.Sleep(deadline + window) // a measurement window, not synchronisation
+	time.Sleep(deadline) // the reads in flight have their deadline, not synchronisation
+	before := cli.Stats().Members
+	time.Sleep(window) // a measurement window, not synchronisation
+	after := cli.Stats().Members
 	total, failed := l.failedSince(from)
 	share := float64(failed) / float64(max(total, 1))
-	t.Logf("after it left the pool: %d of %d reads failed (%.2f%%) over %v", failed, total, 100*share, window)
+	var where []string
+	for k := range min(len(before), len(after)) {
+		b, a := before[k], after[k]
+		where = append(where, fmt.Sprintf("%s: %d reads, %d failed, %d given up",
+			a.Member.ID, a.Reads()-b.Reads(), a.Errors[router.LinearizableRead]-b.Errors[router.LinearizableRead], a.GaveUp[router.LinearizableRead]-b.GaveUp[router.LinearizableRead]))
+	}
+	t.Logf("after it left the pool: %d of %d reads failed (%.2f%%) over %v; by member %v", failed, total, 100*share, window, where)
 	if total < 100 {
 		t.Fatalf("only %d reads in the window: the check saw no traffic", total)
 	}
@@ -164,7 +175,7 @@ func testBeyondDeadline(t *testing.T, h Harness) {
 	took := waitPool(t, cli, slow, true, 5*time.Second, "member beyond the deadline leaves the pool")
 	m := cli.Stats().Members[slow]
 	t.Logf("out of the pool %v after the fault (%s; read EWMA %v, probe RTT %v)", took, m.OutReason, m.ReadLatency, m.ProbeRTT)
-	afterEjection(t, l, deadline, 3*time.Second, 0.02)
+	afterEjection(t, cli, l, deadline, 3*time.Second, 0.02)
 }
 
 // testFailingFast: a follower whose client connections are reset at once
@@ -195,7 +206,7 @@ func faultAndHeal(t *testing.T, h Harness, prefix string, out, back time.Duratio
 	took := waitPool(t, cli, bad, true, out, "faulty member leaves the pool")
 	m := cli.Stats().Members[bad]
 	t.Logf("out of the pool %v after the fault (reason %q, reachable %v, errors %v, gave up %v)", took, m.OutReason, m.Reachable, m.Errors, m.GaveUp)
-	afterEjection(t, l, deadline, 3*time.Second, 0.01)
+	afterEjection(t, cli, l, deadline, 3*time.Second, 0.01)
 	fault(c, bad, false)
 	took = waitPool(t, cli, bad, false, back, "healed member back in the pool")
 	t.Logf("back %v after the fault ended", took)

@@ -283,6 +283,52 @@ func TestEjectedMemberAtLowRateStaysOut(t *testing.T) {
 	}
 }
 
+// TestProbeBudget: only an ejected member's probe-share reads carry a
+// budget, twice the ejection threshold over the median, and a read cut at
+// that budget (CallerGaveUp) keeps the member out.
+func TestProbeBudget(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	slow := slowMember("m2", 30*time.Millisecond, time.Millisecond)
+	tr.run(t, 300, LinearizableRead, slow)
+	tr.probeRound()
+	if !tr.Stats().Members[2].Ejected {
+		t.Fatal("slow m2 not ejected")
+	}
+	// The median of the judged EWMAs is a fast member's, 1 ms: the
+	// threshold is max(2 × 1 ms, 1 ms + 5 ms) = 6 ms.
+	const want = 12 * time.Millisecond
+	probes := 0
+	for range 4000 {
+		p, err := tr.Pick(context.Background(), LinearizableRead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch b := p.ProbeBudget(); {
+		case p.Member.ID == "m2" && b != want:
+			t.Fatalf("probe-share read's budget %v, want %v", b, want)
+		case p.Member.ID != "m2" && b != 0:
+			t.Fatalf("pool read on %s has budget %v", p.Member.ID, b)
+		case p.Member.ID == "m2":
+			probes++
+			tr.clock.Advance(want)
+			p.Done(CallerGaveUp)
+			continue
+		}
+		p.Done(OK)
+	}
+	if probes == 0 {
+		t.Fatal("no probe-share read in 4000")
+	}
+	tr.clock.Advance(time.Minute)
+	tr.probeRound()
+	if m := tr.Stats().Members[2]; !m.Ejected {
+		t.Fatalf("m2 readmitted although its %d probe-share reads were cut at the budget: %+v", probes, m)
+	}
+	if b := (Pick{}).ProbeBudget(); b != 0 {
+		t.Fatalf("zero Pick has budget %v", b)
+	}
+}
+
 func TestFailedWriteAtFormerLeaderKeepsCurrent(t *testing.T) {
 	tr := newTestRouter(t, Config{})
 	p, _ := tr.Pick(context.Background(), Write) // pinned to m0

@@ -630,7 +630,8 @@ func route[T any](c *Conn, ctx context.Context, op router.Op, attempts int, boun
 		}
 	}
 	var err error
-	for range attempts {
+	cutOnce := false // a probe-share read cut at its budget: once per call
+	for attempt := 0; attempt < attempts; attempt++ {
 		p, perr := c.r.Pick(pctx, op)
 		if perr != nil {
 			return zero, mapRouterErr(perr)
@@ -653,7 +654,25 @@ func route[T any](c *Conn, ctx context.Context, op router.Op, attempts int, boun
 			}
 		}
 		var v T
-		v, err = do(ctx, s, at, fn)
+		if budget := p.ProbeBudget(); budget > 0 && !cutOnce {
+			// The router's probe of an ejected member: the caller pays at
+			// most its budget, never a failed read.
+			bctx, cancel := context.WithTimeout(ctx, budget)
+			v, err = do(bctx, s, at, fn)
+			cut := bctx.Err() == context.DeadlineExceeded && ctx.Err() == nil
+			cancel()
+			if o := outcomeOf(ctx, err); cut || o == router.MemberFault {
+				cutOnce = true
+				if cut {
+					o = router.CallerGaveUp
+				}
+				p.Done(o)
+				attempt-- // the pool's turn is not a retry
+				continue
+			}
+		} else {
+			v, err = do(ctx, s, at, fn)
+		}
 		if errors.Is(err, errNotPlaced) {
 			p.Abandon()
 			return zero, fmt.Errorf("%w: %s", err, p.Member.ID)
