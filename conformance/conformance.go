@@ -122,5 +122,6 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Faults/FrozenLeaderHoldingSession", func(t *testing.T) { testFrozenLeaderSession(t, h) })
 	t.Run("Faults/MaintenanceIsNoSample", func(t *testing.T) { testMaintenance(t, h) })
 	t.Run("Faults/LowRateNoFlapping", func(t *testing.T) { testLowRateNoFlapping(t, h) })
+	t.Run("Membership/GrowAndShrink", func(t *testing.T) { testGrowAndShrink(t, h) })
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, h) })
 }

@@ -23,6 +23,7 @@ type load struct {
 	writeOKAt []time.Time // completion times of successful writes
 	errs      atomic.Int64
 	ops       atomic.Int64
+	lastErrs  []string // the latest errors, for failure messages
 }
 
 const (
@@ -60,6 +61,12 @@ func startLoad(t *testing.T, cli Client, workers int, readRatio float64, prefix 
 				l.inflight[w].Store(0)
 				if err != nil && ctx.Err() == nil {
 					l.errs.Add(1)
+					l.mu.Lock()
+					l.lastErrs = append(l.lastErrs, fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), err))
+					if len(l.lastErrs) > 5 {
+						l.lastErrs = l.lastErrs[1:]
+					}
+					l.mu.Unlock()
 					// Pace retries so a refused connection does not spin.
 					select {
 					case <-ctx.Done():
@@ -99,6 +106,13 @@ func (l *load) firstWriteAfter(t0 time.Time) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// recentErrors returns the latest errors the load saw.
+func (l *load) recentErrors() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lastErrs...)
 }
 
 func (l *load) ackedWrites() map[string]string {

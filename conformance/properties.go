@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -220,14 +221,39 @@ func testLeaderChange(t *testing.T, h Harness, kill bool) {
 	}
 	l.stop()
 
+	checkAcked(ctx, t, cli, l)
+}
+
+// checkAcked reads back every write l had acknowledged (a linearizable
+// read each, 8 at a time) and fails t on those lost.
+func checkAcked(ctx context.Context, t *testing.T, cli Client, l *load) {
+	t.Helper()
 	acked := l.ackedWrites()
-	for key, want := range acked {
-		rctx, cancel := context.WithTimeout(ctx, opTimeout)
-		got, found, err := cli.Get(rctx, key)
-		cancel()
-		if err != nil || !found || got != want {
-			t.Fatalf("acknowledged write %s=%s lost: got %q found=%v err=%v", key, want, got, found, err)
-		}
+	keys := make(chan string)
+	var mu sync.Mutex
+	var lost []string
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for key := range keys {
+				rctx, cancel := context.WithTimeout(ctx, opTimeout)
+				got, found, err := cli.Get(rctx, key)
+				cancel()
+				if want := acked[key]; err != nil || !found || got != want {
+					mu.Lock()
+					lost = append(lost, fmt.Sprintf("%s=%s (got %q, found %v, err %v)", key, want, got, found, err))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for key := range acked {
+		keys <- key
+	}
+	close(keys)
+	wg.Wait()
+	if len(lost) > 0 {
+		t.Fatalf("%d of %d acknowledged writes not read back, e.g. %v", len(lost), len(acked), lost[:min(len(lost), 3)])
 	}
 	t.Logf("%d acknowledged writes all readable; %d errors in flight", len(acked), l.errs.Load())
 }

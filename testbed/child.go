@@ -136,6 +136,10 @@ func runMember(raw string) int {
 		fmt.Fprintln(os.Stderr, "testbed member:", err)
 		e.Close()
 		return 1
+	case <-e.Server.StopNotify():
+		// Removed from the cluster (MemberRemove): etcd stops its server,
+		// and a real member's process ends with it.
+		fmt.Fprintln(os.Stderr, "testbed member: server stopped")
 	}
 	e.Close()
 	return 0

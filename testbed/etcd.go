@@ -18,6 +18,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -71,8 +72,9 @@ type EtcdMember struct {
 
 	server // its process: PID, pause, kill
 
-	id   atomic.Uint64
-	spec memberSpec
+	id      atomic.Uint64
+	removed atomic.Bool
+	spec    memberSpec
 }
 
 // StartEtcd starts a cluster and returns once every member serves and the
@@ -318,7 +320,7 @@ func (c *EtcdCluster) Leader(ctx context.Context) (int, error) {
 			best, n = v, k
 		}
 	}
-	if n <= len(c.members)/2 {
+	if n <= c.voters()/2 {
 		return -1, ErrNoLeader
 	}
 	for i, m := range c.members {
@@ -337,6 +339,17 @@ func (c *EtcdCluster) Leader(ctx context.Context) (int, error) {
 		}
 	}
 	return -1, ErrNoLeader
+}
+
+// voters returns how many members the cluster has, removed ones aside.
+func (c *EtcdCluster) voters() int {
+	n := 0
+	for _, m := range c.members {
+		if !m.removed.Load() {
+			n++
+		}
+	}
+	return n
 }
 
 // WaitLeader polls until a leader exists or ctx ends.
@@ -399,6 +412,9 @@ func (c *EtcdCluster) Kill(i int) error {
 // Restart starts a killed member again on its data and waits until it serves.
 func (c *EtcdCluster) Restart(ctx context.Context, i int) error {
 	m := c.members[i]
+	if m.removed.Load() {
+		return fmt.Errorf("testbed: %s was removed from the cluster", m.Name)
+	}
 	if err := m.stopped(); err != nil {
 		return err
 	}
@@ -408,6 +424,160 @@ func (c *EtcdCluster) Restart(ctx context.Context, i int) error {
 	}
 	return c.waitReady(ctx, m)
 }
+
+// AddMember grows the cluster by a member in zone, as an operator does:
+// MemberAdd on the leader with the new member's peer URL, then the new
+// member started on an empty data directory with --initial-cluster-state
+// existing. It returns the new member's index once it serves. Indexes
+// never move: a removed member keeps its own. Not to be called
+// concurrently with other calls on the cluster.
+func (c *EtcdCluster) AddMember(ctx context.Context, zone string) (int, error) {
+	leader, err := c.WaitLeader(ctx)
+	if err != nil {
+		return -1, err
+	}
+	ports, err := freePorts(4)
+	if err != nil {
+		return -1, err
+	}
+	i := len(c.members)
+	m := &EtcdMember{Index: i, Name: fmt.Sprintf("m%d", i), Zone: zone}
+	m.server.name = m.Name
+	scheme := "http"
+	if c.tls != nil {
+		scheme = "https"
+	}
+	m.spec = memberSpec{
+		Index:           i,
+		Name:            m.Name,
+		Dir:             filepath.Join(c.dir, m.Name),
+		ListenClient:    fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[0]),
+		ListenPeer:      fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
+		AdvertiseClient: fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[2]),
+		AdvertisePeer:   fmt.Sprintf("http://127.0.0.1:%d", ports[3]),
+		ClusterState:    "existing",
+		Token:           c.token,
+	}
+	if c.tls != nil {
+		m.spec.CertFile, m.spec.KeyFile = c.tls.cert, c.tls.key
+	}
+	cli, err := c.admin(leader)
+	if err != nil {
+		return -1, err
+	}
+	var resp *clientv3.MemberAddResponse
+	err = whenHealthy(ctx, func(ctx context.Context) (err error) {
+		resp, err = cli.MemberAdd(ctx, []string{m.spec.AdvertisePeer})
+		return err
+	})
+	if err != nil {
+		return -1, fmt.Errorf("testbed: add %s: %w", m.Name, err)
+	}
+	m.id.Store(resp.Member.ID)
+	var initial []string
+	for _, pm := range resp.Members {
+		name := pm.Name
+		if pm.ID == resp.Member.ID {
+			name = m.Name
+		}
+		for _, u := range pm.PeerURLs {
+			initial = append(initial, name+"="+u)
+		}
+	}
+	m.spec.InitialCluster = strings.Join(initial, ",")
+	if c.limits != nil {
+		l, err := newCPULimit(fmt.Sprintf("oproute-%s-m%d", c.token, i), c.memberCPU)
+		if err != nil {
+			return -1, err
+		}
+		c.limits = append(c.limits, l)
+	}
+	c.members = append(c.members, m)
+	c.topo.Zones = append(c.topo.Zones, zone)
+	c.grow(&m.server, func(n *netState) {
+		n.Topo.Zones = append(n.Topo.Zones, zone)
+		n.Extra = append(n.Extra, linkExtra{})
+		n.IDs[strconv.FormatUint(resp.Member.ID, 16)] = i
+	})
+	if err := c.launch(m); err != nil {
+		return -1, err
+	}
+	if err := c.waitReady(ctx, m); err != nil {
+		return -1, err
+	}
+	return i, nil
+}
+
+// RemoveMember shrinks the cluster by member i, as an operator does:
+// MemberRemove asked of another member (the leader when i is not it),
+// after which etcd stops the removed member's server and its process ends
+// (killed if it has not within 10 s). Its index stays, not running. Not to
+// be called concurrently with other calls on the cluster.
+func (c *EtcdCluster) RemoveMember(ctx context.Context, i int) error {
+	m := c.members[i]
+	if m.removed.Load() {
+		return fmt.Errorf("%w: %s was removed", ErrNotRunning, m.Name)
+	}
+	ask := -1
+	if l, err := c.WaitLeader(ctx); err == nil && l != i {
+		ask = l
+	}
+	for j, o := range c.members {
+		if ask < 0 && j != i && !o.removed.Load() && o.PID() != 0 {
+			ask = j
+		}
+	}
+	if ask < 0 {
+		return fmt.Errorf("%w: no other member to ask", ErrNotRunning)
+	}
+	cli, err := c.admin(ask)
+	if err != nil {
+		return err
+	}
+	err = whenHealthy(ctx, func(ctx context.Context) error {
+		_, err := cli.MemberRemove(ctx, m.ID())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("testbed: remove %s: %w", m.Name, err)
+	}
+	m.removed.Store(true)
+	c.dropAdmin(i)
+	deadline := time.Now().Add(10 * time.Second)
+	for m.PID() != 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond) // waiting for a process to end
+	}
+	if m.PID() != 0 {
+		if err := m.kill(); err != nil && m.PID() != 0 {
+			return err
+		}
+	}
+	return nil
+}
+
+// whenHealthy runs a membership change, again while etcd refuses it for
+// now (its leader wants every member connected for 5 s before a change,
+// and enough started members to keep a quorum), for up to 20 s.
+func whenHealthy(ctx context.Context, change func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		err := change(cctx)
+		ccancel()
+		if !errors.Is(err, rpctypes.ErrUnhealthy) && !errors.Is(err, rpctypes.ErrMemberNotEnoughStarted) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Removed reports whether member i was removed from the cluster.
+func (m *EtcdMember) Removed() bool { return m.removed.Load() }
 
 func (c *EtcdCluster) dropAdmin(i int) {
 	c.mu.Lock()

@@ -410,6 +410,16 @@ func (c *cluster) setNet(change func(*netState)) {
 	}
 }
 
+// grow adds a member's process (not yet started) to the cluster and
+// changes the network state for it (its zone, its links), telling the
+// running members' proxies.
+func (c *cluster) grow(node *server, change func(*netState)) {
+	c.netMu.Lock()
+	c.nodes = append(c.nodes, node)
+	c.netMu.Unlock()
+	c.setNet(change)
+}
+
 // withNet calls start with a copy of the network state and holds changes
 // back until it returns, so that a proxy host it starts and records (with
 // controlledBy) sees every later change.

@@ -12,8 +12,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 
 	"github.com/oproute/oproute/internal/zk4lw"
 )
@@ -69,6 +72,14 @@ type ZKOptions struct {
 	// client certificate. The plain client port stays, for the test bed's own
 	// four-letter commands (DirectEndpoints).
 	ClientTLS bool
+	// Reconfig runs the ensemble with dynamic reconfiguration
+	// (reconfigEnabled, skipACL so that any client may reconfigure), for
+	// AddServer and RemoveServer. A reconfiguration gives every server the
+	// same view of the others' addresses, so this ensemble has no delay
+	// proxies: clients and peers reach the servers' own ports, the
+	// ensemble's configuration (/zookeeper/config) names the client ports
+	// that Endpoints returns, and the network faults do nothing.
+	Reconfig bool
 }
 
 // ZKCluster is a ZooKeeper ensemble of real QuorumPeerMain JVMs on
@@ -107,7 +118,11 @@ type ZKServer struct {
 	securePort                           int // the JVM's TLS client port (ClientTLS)
 	proxyClientPort                      int
 	proxySpec                            zkProxySpec
+	removed                              atomic.Bool
 }
+
+// Removed reports whether the server was removed from the ensemble.
+func (s *ZKServer) Removed() bool { return s.removed.Load() }
 
 // StartZK starts an ensemble and returns once every server serves and the
 // topology's leader leads.
@@ -212,8 +227,10 @@ func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
 			}
 		}
 		s.proxySpec = zkProxySpec{Index: i, Links: links}
-		if err := c.startProxies(ctx, s); err != nil {
-			return nil, err
+		if !opts.Reconfig {
+			if err := c.startProxies(ctx, s); err != nil {
+				return nil, err
+			}
 		}
 		if err := c.writeConfig(s, peerProxy); err != nil {
 			return nil, err
@@ -254,7 +271,13 @@ func (c *ZKCluster) writeConfig(s *ZKServer, peerProxy [][][2]int) error {
 	tick := c.opts.TickTime.Milliseconds()
 	var b strings.Builder
 	fmt.Fprintf(&b, "tickTime=%d\ninitLimit=10\nsyncLimit=5\n", tick)
-	fmt.Fprintf(&b, "dataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n", filepath.Join(dir, "data"), s.clientPort)
+	fmt.Fprintf(&b, "dataDir=%s\n", filepath.Join(dir, "data"))
+	if c.opts.Reconfig {
+		// The client port is in the server's line of the dynamic config.
+		b.WriteString("reconfigEnabled=true\nskipACL=yes\nstandaloneEnabled=false\n")
+	} else {
+		fmt.Fprintf(&b, "clientPort=%d\nclientPortAddress=127.0.0.1\n", s.clientPort)
+	}
 	// No fsync, as the etcd members run: the test bed measures routing,
 	// not disks. No admin server (Jetty on 8080 would clash between servers).
 	b.WriteString("forceSync=no\nadmin.enableServer=false\n")
@@ -268,6 +291,12 @@ func (c *ZKCluster) writeConfig(s *ZKServer, peerProxy [][][2]int) error {
 			s.securePort, c.tls.keyStore, c.tls.trustStore)
 	}
 	for _, o := range c.servers {
+		if c.opts.Reconfig {
+			if !o.removed.Load() {
+				b.WriteString(o.serverLine() + "\n")
+			}
+			continue
+		}
 		q, e := o.quorumPort, o.electionPort
 		if o.Index != s.Index {
 			q, e = peerProxy[o.Index][s.Index][0], peerProxy[o.Index][s.Index][1]
@@ -361,13 +390,182 @@ func (c *ZKCluster) Server(i int) *ZKServer { return c.servers[i] }
 func (c *ZKCluster) TickTime() time.Duration { return c.opts.TickTime }
 
 // Endpoints returns the client addresses (through the delay proxies), in
-// server order: the connect string clients get.
+// server order: the connect string clients get. With Reconfig they are
+// the servers' own client ports, as the ensemble's configuration names
+// them; a removed server keeps its place.
 func (c *ZKCluster) Endpoints() []string {
+	if c.opts.Reconfig {
+		return c.DirectEndpoints()
+	}
 	eps := make([]string, len(c.servers))
 	for i, s := range c.servers {
 		eps[i] = addr(s.proxyClientPort)
 	}
 	return eps
+}
+
+// serverLine is s's line in a dynamic configuration: direct peer ports,
+// a voting member, its client port.
+func (s *ZKServer) serverLine() string {
+	return fmt.Sprintf("server.%d=127.0.0.1:%d:%d:participant;127.0.0.1:%d", s.SID, s.quorumPort, s.electionPort, s.clientPort)
+}
+
+// reconfigure asks server via (directly) for an incremental
+// reconfiguration, as zkCli's reconfig -add / -remove. Removing the leader
+// can cut the answer off (its followers drop their clients while they
+// elect a new one): then the ensemble's configuration says whether the
+// change took.
+func (c *ZKCluster) reconfigure(ctx context.Context, via int, joining, leaving []string) error {
+	err := c.withClient(ctx, via, func(conn *zk.Conn) error {
+		_, err := conn.IncrementalReconfig(joining, leaving, -1)
+		return err
+	})
+	if err == nil || !(errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrNoServer)) {
+		return err
+	}
+	applied := func(cfg string) bool {
+		for _, line := range joining {
+			if !strings.Contains(cfg, line) {
+				return false
+			}
+		}
+		for _, sid := range leaving {
+			if strings.Contains(cfg, "server."+sid+"=") {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		for j, o := range c.servers {
+			if o.removed.Load() || o.PID() == 0 || slices.Contains(leaving, strconv.Itoa(o.SID)) {
+				continue
+			}
+			var cfg []byte
+			if c.withClient(ctx, j, func(conn *zk.Conn) (err error) {
+				cfg, _, err = conn.Get("/zookeeper/config")
+				return err
+			}) == nil {
+				if applied(string(cfg)) {
+					return nil
+				}
+				break // not yet on this server: ask again
+			}
+		}
+		time.Sleep(200 * time.Millisecond) // an election under way
+	}
+	return fmt.Errorf("testbed: reconfig (+%v −%v): no answer, and not applied within 20 s: %w", joining, leaving, err)
+}
+
+// withClient runs fn with a plain client session on server i's own port.
+func (c *ZKCluster) withClient(ctx context.Context, i int, fn func(*zk.Conn) error) error {
+	conn, events, err := zk.Connect([]string{addr(c.servers[i].clientPort)}, 10*time.Second, zk.WithLogger(discardLogger{}))
+	if err != nil {
+		return fmt.Errorf("testbed: client of %s: %w", c.servers[i].Name, err)
+	}
+	defer conn.Close()
+	timeout := time.After(10 * time.Second)
+	for conn.State() != zk.StateHasSession {
+		select {
+		case <-events:
+		case <-ctx.Done():
+			return fmt.Errorf("testbed: %s: no session: %w", c.servers[i].Name, ctx.Err())
+		case <-timeout:
+			return fmt.Errorf("testbed: %s: no session: %w", c.servers[i].Name, zk.ErrNoServer)
+		}
+	}
+	if err := fn(conn); err != nil {
+		return fmt.Errorf("testbed: %s: %w", c.servers[i].Name, err)
+	}
+	return nil
+}
+
+type discardLogger struct{}
+
+func (discardLogger) Printf(string, ...any) {}
+
+// AddServer grows a Reconfig ensemble by a server in zone, as an operator
+// does: the new server starts with the current ensemble and itself in its
+// configuration, syncs with the leader as a non-voting follower, and a
+// reconfig -add makes it a voting member. It returns the new server's
+// index once it serves. Indexes never move. Not to be called concurrently
+// with other calls on the ensemble.
+func (c *ZKCluster) AddServer(ctx context.Context, zone string) (int, error) {
+	if !c.opts.Reconfig {
+		return -1, errors.New("testbed: AddServer needs ZKOptions.Reconfig")
+	}
+	leader, err := c.WaitLeader(ctx)
+	if err != nil {
+		return -1, err
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return -1, err
+	}
+	i := len(c.servers)
+	sid := 0
+	for _, o := range c.servers {
+		sid = max(sid, o.SID)
+	}
+	s := &ZKServer{Index: i, Name: fmt.Sprintf("z%d", i), Zone: zone, SID: sid + 1,
+		clientPort: ports[0], quorumPort: ports[1], electionPort: ports[2]}
+	s.server.name = s.Name
+	c.servers = append(c.servers, s)
+	c.topo.Zones = append(c.topo.Zones, zone)
+	c.grow(&s.server, func(n *netState) {
+		n.Topo.Zones = append(n.Topo.Zones, zone)
+		n.Extra = append(n.Extra, linkExtra{})
+		n.IDs[strconv.Itoa(i)] = i
+	})
+	if err := c.writeConfig(s, nil); err != nil {
+		return -1, err
+	}
+	if err := c.launchJVM(s); err != nil {
+		return -1, err
+	}
+	if err := c.reconfigure(ctx, leader, []string{s.serverLine()}, nil); err != nil {
+		return -1, err
+	}
+	if err := c.waitServing(ctx, i); err != nil {
+		return -1, err
+	}
+	return i, nil
+}
+
+// RemoveServer shrinks a Reconfig ensemble by server i (the leader too),
+// as an operator does: reconfig -remove asked of another server, then the
+// removed server's JVM is stopped. Its index stays, not running. Not to be
+// called concurrently with other calls on the ensemble.
+func (c *ZKCluster) RemoveServer(ctx context.Context, i int) error {
+	if !c.opts.Reconfig {
+		return errors.New("testbed: RemoveServer needs ZKOptions.Reconfig")
+	}
+	s := c.servers[i]
+	if s.removed.Load() {
+		return fmt.Errorf("testbed: %s was removed", s.Name)
+	}
+	via := -1
+	for j, o := range c.servers {
+		if j != i && !o.removed.Load() && o.PID() != 0 {
+			via = j
+			break
+		}
+	}
+	if via < 0 {
+		return fmt.Errorf("%w: no other server to ask", ErrNotRunning)
+	}
+	if err := c.reconfigure(ctx, via, nil, []string{strconv.Itoa(s.SID)}); err != nil {
+		return err
+	}
+	s.removed.Store(true)
+	if s.PID() != 0 {
+		if err := c.Kill(i); err != nil && s.PID() != 0 {
+			return err
+		}
+	}
+	_, err := c.WaitLeader(ctx)
+	return err
 }
 
 // DirectEndpoints returns the servers' own client ports, bypassing the
@@ -505,6 +703,9 @@ func (c *ZKCluster) ClientConnections(i int) uint64 { return c.servers[i].client
 // Restart starts a killed server again on its data and waits until it
 // serves.
 func (c *ZKCluster) Restart(ctx context.Context, i int) error {
+	if c.servers[i].removed.Load() {
+		return fmt.Errorf("testbed: %s was removed from the ensemble", c.servers[i].Name)
+	}
 	if err := c.servers[i].stopped(); err != nil {
 		return err
 	}

@@ -210,6 +210,9 @@ func (c *Client) waitReachable(timeout time.Duration) error {
 // hostPort turns an etcd endpoint ("http://h:p", "https://h:p", "h:p") into
 // the address gRPC dials.
 func hostPort(ep string) (string, error) {
+	if scheme, rest, ok := strings.Cut(ep, ":"); ok && (scheme == "unix" || scheme == "unixs") {
+		return unixAddress(ep, rest)
+	}
 	s := ep
 	if strings.Contains(s, "://") {
 		u, err := url.Parse(s)
@@ -218,8 +221,6 @@ func hostPort(ep string) (string, error) {
 		}
 		switch u.Scheme {
 		case "http", "https":
-		case "unix", "unixs":
-			return u.Host + u.Path, nil
 		default:
 			return "", fmt.Errorf("%w: %q: scheme %q", ErrInvalidEndpoint, ep, u.Scheme)
 		}
@@ -229,6 +230,26 @@ func hostPort(ep string) (string, error) {
 		return "", fmt.Errorf("%w: %q: want host:port", ErrInvalidEndpoint, ep)
 	}
 	return s, nil
+}
+
+// unixAddress reads a unix endpoint as clientv3's resolver does (its
+// internal endpoint package), so that a member's address is the one the
+// balancer is handed: "unix:///abs" stays, the legacy "unix://rel" and
+// "unix:rel" become "unix:rel"; "unixs" is the same socket with TLS.
+func unixAddress(ep, rest string) (string, error) {
+	var addr string
+	switch {
+	case strings.HasPrefix(rest, "///"):
+		addr = "unix://" + rest[2:]
+	case strings.HasPrefix(rest, "//"):
+		addr = "unix:" + rest[2:]
+	default:
+		addr = "unix:" + rest
+	}
+	if strings.TrimLeft(strings.TrimPrefix(addr, "unix:"), "/") == "" {
+		return "", fmt.Errorf("%w: %q: no socket path", ErrInvalidEndpoint, ep)
+	}
+	return addr, nil
 }
 
 // probe asks member m for its status on one of the client's own pooled

@@ -58,6 +58,10 @@ func (c client) Get(ctx context.Context, key string) (string, bool, error) {
 
 func (c client) Stats() router.Stats { return c.Client.Stats() }
 
+// Resync is what an etcd user does: Sync (or AutoSyncInterval) reads the
+// member list into the client's endpoints, which the router follows.
+func (c client) Resync(ctx context.Context) error { return c.Client.Sync(ctx) }
+
 func (c client) ReadOnlyTxn(ctx context.Context, key string) error {
 	_, err := c.Txn(ctx).If(clientv3.Compare(clientv3.Version(key), ">", 0)).Then(clientv3.OpGet(key)).Else(clientv3.OpGet(key + "/other")).Commit()
 	return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/oproute/oproute/conformance"
 	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/testbed"
+	"github.com/oproute/oproute/testbed/proxy"
 )
 
 func TestTxnIsReadOnly(t *testing.T) {
@@ -59,6 +61,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"empty endpoint", []string{""}, nil, etcd.ErrInvalidEndpoint},
 		{"no port", []string{"http://127.0.0.1"}, nil, etcd.ErrInvalidEndpoint},
 		{"bad scheme", []string{"ftp://127.0.0.1:1"}, nil, etcd.ErrInvalidEndpoint},
+		{"unix socket without a path", []string{"unix://"}, nil, etcd.ErrInvalidEndpoint},
+		{"same socket twice", []string{"unix:///run/etcd.sock", "unixs:///run/etcd.sock"}, nil, router.ErrDuplicateMember},
 		{"same address twice", []string{"127.0.0.1:2379", "http://127.0.0.1:2379"}, nil, router.ErrDuplicateMember},
 		{"unknown policy", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithPolicy("fastest")}, router.ErrUnknownPolicy},
 		{"zero conns", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithConnsPerMember(0)}, router.ErrInvalidConfig},
@@ -634,4 +638,116 @@ func served(t *testing.T, c *testbed.EtcdCluster, method string) []uint64 {
 		out[i] = n[method]
 	}
 	return out
+}
+
+// TestUnixEndpoints: members reached over unix sockets, in both of
+// clientv3's spellings ("unix:///abs/path", "unix:/abs/path"), are the
+// router's members: probed, the leader found, reads spread over all three
+// by their own /metrics.
+func TestUnixEndpoints(t *testing.T) {
+	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
+	dir := t.TempDir()
+	var eps []string
+	for i, ep := range c.Endpoints() {
+		path := filepath.Join(dir, fmt.Sprintf("m%d.sock", i))
+		p, err := proxy.ListenUnix(path, proxy.Config{Target: strings.TrimPrefix(ep, "http://")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		if i%2 == 0 {
+			eps = append(eps, "unix://"+path)
+		} else {
+			eps = append(eps, "unix:"+path)
+		}
+	}
+	cli, err := etcd.New(clientv3.Config{Endpoints: eps, Logger: zap.NewNop(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	conformance.Poll(t, 5*time.Second, "every unix member probed and the leader known", func() bool {
+		st := cli.Stats()
+		for _, m := range st.Members {
+			if !m.ProbeOK {
+				return false
+			}
+		}
+		return st.Leader == eps[0]
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := cli.Put(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	before := served(t, c, "etcdserverpb.KV/Range")
+	for range 300 {
+		if _, err := cli.Get(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := served(t, c, "etcdserverpb.KV/Range")
+	for i := range after {
+		if n := after[i] - before[i]; n < 80 {
+			t.Errorf("m%d served %d of 300 reads over its unix socket, want about a third (%v → %v)", i, n, before, after)
+		}
+	}
+}
+
+// TestAdvertisedURLsDiffer: endpoints configured under another spelling
+// than the members advertise ("localhost:port" for
+// "http://127.0.0.1:port"): before and after Sync, which replaces them with
+// the advertised URLs, every member is a router member — probed, the
+// leader known — and reads spread over all three by their own /metrics.
+func TestAdvertisedURLsDiffer(t *testing.T) {
+	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
+	var eps []string
+	for _, ep := range c.Endpoints() {
+		eps = append(eps, strings.Replace(strings.TrimPrefix(ep, "http://"), "127.0.0.1", "localhost", 1))
+	}
+	cli, err := etcd.New(clientv3.Config{Endpoints: eps, Logger: zap.NewNop(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	spread := func(when string) {
+		t.Helper()
+		conformance.Poll(t, 5*time.Second, when+": every member probed and the leader known", func() bool {
+			st, live := cli.Stats(), 0
+			for _, m := range st.Members {
+				if !m.Retired && m.ProbeOK {
+					live++
+				}
+			}
+			return live == 3 && st.Leader != ""
+		})
+		before := served(t, c, "etcdserverpb.KV/Range")
+		for range 300 {
+			if _, err := cli.Get(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		after := served(t, c, "etcdserverpb.KV/Range")
+		for i := range after {
+			if n := after[i] - before[i]; n < 80 {
+				t.Errorf("%s: m%d served %d of 300 reads, want about a third", when, i, n)
+			}
+		}
+	}
+	spread("as configured")
+	if err := cli.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conformance.Poll(t, 5*time.Second, "the advertised URLs followed", func() bool {
+		for _, m := range cli.Stats().Members {
+			if !m.Retired && strings.HasPrefix(m.Member.Addr, "localhost") {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("endpoints after Sync: %v", cli.Endpoints())
+	spread("after Sync")
 }

@@ -49,6 +49,24 @@ func (harness) Connect(endpoints []string, policy string) (conformance.Client, e
 
 type cluster struct{ *testbed.ZKCluster }
 
+// NewMembershipCluster starts an ensemble with dynamic reconfiguration:
+// no delay proxies (testbed.ZKOptions.Reconfig).
+func (harness) NewMembershipCluster(t *testing.T, size int) conformance.Cluster {
+	return reconfigCluster{cluster{testbed.StartZKT(t, testbed.ZKOptions{Topology: testbed.DefaultTopology(size), Reconfig: true})}}
+}
+
+type reconfigCluster struct{ cluster }
+
+func (c reconfigCluster) AddMember(ctx context.Context, zone string) (int, error) {
+	return c.AddServer(ctx, zone)
+}
+
+func (c reconfigCluster) RemoveMember(ctx context.Context, i int) error { return c.RemoveServer(ctx, i) }
+
+// Resync reads the ensemble's configuration, as clientv3's Sync reads the
+// member list.
+func (c client) Resync(ctx context.Context) error { return c.SyncServers(ctx) }
+
 // CutClients blackholes every client link; DirectEndpoints (the servers'
 // own ports) stay reachable.
 func (c cluster) CutClients(on bool) { c.BlackholeClients(on) }

@@ -50,6 +50,7 @@ var errNotPlaced = fmt.Errorf("%w: the call is forced to a server its session ca
 type options struct {
 	members.Options
 	stale          bool
+	trackEnsemble  bool
 	quorum         bool
 	connectTimeout time.Duration
 	dialer         zk.Dialer
@@ -322,6 +323,9 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 			return nil, nil, fmt.Errorf("%w: no session within %v: %v", ErrUnreachable, o.connectTimeout, srv.addrs)
 		}
 		time.Sleep(time.Millisecond)
+	}
+	if o.trackEnsemble {
+		c.bg.Go(c.trackEnsemble)
 	}
 	return c, c.events, nil
 }

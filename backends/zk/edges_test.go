@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -393,4 +394,81 @@ func startWithLeader(t *testing.T) (*testbed.ZKCluster, context.Context, int) {
 		t.Fatal(err)
 	}
 	return c, ctx, leader
+}
+
+// TestEnsembleTracking: with WithEnsembleTracking the Conn follows the
+// ensemble's own configuration through reconfigs, with no call from the
+// application: a server added by reconfig -add serves reads after its
+// first good probe (by its own mntr), one removed by reconfig -remove is
+// dropped; an ensemble whose configuration names no client ports (static
+// clientPort) is told once, and its servers are kept.
+func TestEnsembleTracking(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t.Run("reconfig", func(t *testing.T) {
+		c := testbed.StartZKT(t, testbed.ZKOptions{Reconfig: true})
+		events := &recorder{}
+		conn, _ := connect(t, c, ozk.WithEnsembleTracking(), ozk.WithEventLogger(slog.New(events)))
+		if _, err := conn.CreateContext(ctx, "/et", []byte("x"), 0, acl); err != nil {
+			t.Fatal(err)
+		}
+		added, err := c.AddServer(ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep := c.Endpoints()[added]
+		conformance.Poll(t, 10*time.Second, "the added server probed", func() bool {
+			for _, m := range conn.Stats().Members {
+				if m.Member.ID == ep && !m.Retired {
+					return m.ProbeOK
+				}
+			}
+			return false
+		})
+		_, reads0 := requests(t, c)
+		for range 400 {
+			if _, _, err := conn.GetContext(ctx, "/et"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, reads1 := requests(t, c)
+		if n := reads1[added] - reads0[added]; n < 100 {
+			t.Errorf("the added server served %d read requests of 800, want about a quarter", n)
+		}
+		follower := (added + 1) % 3 // one of the first three; not necessarily a follower
+		if err := c.RemoveServer(ctx, follower); err != nil {
+			t.Fatal(err)
+		}
+		gone := c.Endpoints()[follower]
+		conformance.Poll(t, 10*time.Second, "the removed server dropped", func() bool {
+			for _, m := range conn.Stats().Members {
+				if m.Member.ID == gone && !m.Retired {
+					return false
+				}
+			}
+			return true
+		})
+		for range 100 {
+			if _, _, err := conn.GetContext(ctx, "/et"); err != nil {
+				t.Fatalf("read after the removal: %v", err)
+			}
+		}
+		if n := events.count(ozk.EventServersChanged); n != 2 {
+			t.Errorf("%d %s events, want 2 (one per reconfig)", n, ozk.EventServersChanged)
+		}
+	})
+	t.Run("static", func(t *testing.T) {
+		c := testbed.StartZKT(t, testbed.ZKOptions{})
+		events := &recorder{}
+		conn, _ := connect(t, c, ozk.WithEnsembleTracking(), ozk.WithEventLogger(slog.New(events)))
+		err := conn.SyncServers(ctx)
+		t.Logf("SyncServers on a static ensemble: %v", err)
+		if !errors.Is(err, ozk.ErrNoClientAddress) {
+			t.Errorf("SyncServers: %v, want ErrNoClientAddress", err)
+		}
+		conformance.Poll(t, 5*time.Second, "the tracker's warning", func() bool { return events.count(ozk.EventServersNotFollowed) > 0 })
+		if n := len(conn.Stats().Members); n != 3 {
+			t.Errorf("%d members, want the 3 given", n)
+		}
+	})
 }

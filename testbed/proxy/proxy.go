@@ -120,10 +120,21 @@ var ErrClosed = errors.New("proxy: closed")
 
 // Listen starts a proxy on 127.0.0.1 (port 0 picks a free one).
 func Listen(port int, cfg Config) (*Proxy, error) {
+	return listen("tcp", fmt.Sprintf("127.0.0.1:%d", port), cfg)
+}
+
+// ListenUnix starts a proxy on a unix socket at path, as a member that
+// serves clients on a local socket would (etcd's unix:// client URLs).
+// Close removes the socket file.
+func ListenUnix(path string, cfg Config) (*Proxy, error) {
+	return listen("unix", path, cfg)
+}
+
+func listen(network, addr string, cfg Config) (*Proxy, error) {
 	if cfg.Target == "" {
 		return nil, errors.New("proxy: empty target")
 	}
-	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	ln, err := net.Listen(network, addr)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: listen: %w", err)
 	}
@@ -132,7 +143,8 @@ func Listen(port int, cfg Config) (*Proxy, error) {
 	return p, nil
 }
 
-// Addr returns the listening address, 127.0.0.1:port.
+// Addr returns the listening address: 127.0.0.1:port, or a unix socket's
+// path.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Close stops accepting, closes every connection and waits for the
