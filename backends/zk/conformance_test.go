@@ -61,7 +61,9 @@ func (c reconfigCluster) AddMember(ctx context.Context, zone string) (int, error
 	return c.AddServer(ctx, zone)
 }
 
-func (c reconfigCluster) RemoveMember(ctx context.Context, i int) error { return c.RemoveServer(ctx, i) }
+func (c reconfigCluster) RemoveMember(ctx context.Context, i int) error {
+	return c.RemoveServer(ctx, i)
+}
 
 // Resync reads the ensemble's configuration, as clientv3's Sync reads the
 // member list.
