@@ -40,6 +40,18 @@ func TestSetMembers(t *testing.T) {
 	if _, err := tr.Pick(WithMember(context.Background(), "m2"), LinearizableRead); !errors.Is(err, ErrUnknownMember) {
 		t.Errorf("a call forced to the retired m2: %v, want ErrUnknownMember", err)
 	}
+	// A preference is a hint: a stream that resumes where it started, on a
+	// member since retired, goes to the pool.
+	for range 30 {
+		p, err := tr.Pick(WithPreferredMember(context.Background(), "m2"), Stream)
+		if err != nil || p.Member.ID == "m2" {
+			t.Fatalf("a stream preferring the retired m2: %v on %s, want another member", err, p.Member.ID)
+		}
+		p.Done(OK)
+	}
+	if _, err := tr.Pick(WithPreferredMember(context.Background(), "m9"), Stream); !errors.Is(err, ErrUnknownMember) {
+		t.Errorf("a preference for m9, never a member: %v, want ErrUnknownMember", err)
+	}
 	if got := len(tr.Members()); got != 3 {
 		t.Errorf("Members() lists %d, want 3", got)
 	}

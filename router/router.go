@@ -268,10 +268,14 @@ func (r *Router) Pick(ctx context.Context, op Op) (Pick, error) {
 	if o, ok := overrideFrom(ctx); ok {
 		switch {
 		case o.member != "":
-			if p.Index = r.indexOf(o.member); p.Index < 0 {
+			p.Index = r.indexOf(o.member)
+			switch {
+			case p.Index < 0 && o.prefer && r.wasMember(o.member):
+				// A preference for a member since retired (a stream that
+				// resumes where it started) falls back to the pool.
+			case p.Index < 0:
 				return Pick{}, fmt.Errorf("%w: %q", ErrUnknownMember, o.member)
-			}
-			if o.prefer && !s.inPool[p.Index] {
+			case o.prefer && !s.inPool[p.Index]:
 				p.Index = -1
 			}
 		default:
@@ -689,6 +693,17 @@ func (r *Router) random() uint64 {
 
 // uniform returns a float64 in [0, 1).
 func (r *Router) uniform() float64 { return float64(r.random()>>11) / (1 << 53) }
+
+// wasMember reports whether id names a retired member.
+func (r *Router) wasMember(id string) bool {
+	ro := r.roster()
+	for i := range ro.members {
+		if ro.members[i].ID == id && ro.retired[i] {
+			return true
+		}
+	}
+	return false
+}
 
 func (r *Router) indexOf(id string) int {
 	ro := r.roster()

@@ -602,8 +602,31 @@ func TestEndpointsFollowed(t *testing.T) {
 		t.Errorf("the added member served %d of 300 reads, want about a third", n)
 	}
 
+	// A watch on m0, the member about to leave the list: it must move.
+	wch := cli.Watch(etcd.WithPreferredMember(ctx, eps[0]), "w")
+	openWatches := func(i int) uint64 {
+		started, err := c.GRPCStarted(ctx, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return started["etcdserverpb.Watch/Watch"] - counts("etcdserverpb.Watch/Watch")[i]
+	}
+	conformance.Poll(t, 5*time.Second, "the watch open on m0", func() bool { return openWatches(0) == 1 })
+
 	cli.SetEndpoints(eps[1:]...) // m0, the leader, leaves the list
 	conformance.Poll(t, 5*time.Second, "the removed endpoint retired", func() bool { return !live()["127.0.0.1:"+strings.Split(eps[0], ":")[2]] && len(live()) == 2 })
+	conformance.Poll(t, 5*time.Second, "the watch moved off the removed endpoint", func() bool { return openWatches(0) == 0 && openWatches(1)+openWatches(2) == 1 })
+	if _, err := cli.Put(ctx, "w", "after"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case resp := <-wch:
+		if len(resp.Events) != 1 || string(resp.Events[0].Kv.Value) != "after" {
+			t.Fatalf("moved watch delivered %+v, want the put of %q", resp, "after")
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the moved watch delivered nothing within 3 s")
+	}
 	beforeR, beforeP := counts("etcdserverpb.KV/Range"), counts("etcdserverpb.KV/Put")
 	for n := range 100 {
 		if _, err := cli.Get(ctx, "k"); err != nil {
