@@ -16,7 +16,36 @@ const (
 	// StaticLeader caches the leader once at start and never refreshes it:
 	// the startup-only cache the paper's failover section warns against.
 	StaticLeader = "static_leader"
+	// Stock is an unmodified clientv3.New with the same configuration, the
+	// paper's baseline: clientv3 round-robins every RPC over its endpoints
+	// on one connection per member (etcd only).
+	Stock = "stock"
+	// Pinned is unmodified clientv3 clients each given one endpoint
+	// (connections per member of them, endpoints dealt round robin), each
+	// worker keeping one: what etcd's benchmark tool does, and what apps
+	// that give each process one endpoint do (etcd only).
+	Pinned = "pinned"
 )
+
+// Comparators returns the policies routebench compares besides the
+// router's own.
+func Comparators() []string { return []string{Stock, Pinned, Oracle, StaticLeader} }
+
+// stockPolicy reports whether policy runs a client without oproute.
+func stockPolicy(policy string) bool { return policy == Stock || policy == Pinned }
+
+// workerKey carries the index of the benchmark worker making a call, for
+// clients that give each worker its own connection (Pinned).
+type workerKey struct{}
+
+func withWorker(ctx context.Context, w int) context.Context {
+	return context.WithValue(ctx, workerKey{}, w)
+}
+
+func workerOf(ctx context.Context) int {
+	w, _ := ctx.Value(workerKey{}).(int)
+	return w
+}
 
 // Backend starts or attaches to clusters of one store.
 type Backend interface {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -160,6 +161,25 @@ func (c *etcdCluster) Close() error {
 }
 
 func (c *etcdCluster) Connect(ctx context.Context, policy string, conns int) (Client, error) {
+	switch policy {
+	case Stock:
+		cli, err := clientv3.New(c.clientConfig(c.endpoints))
+		if err != nil {
+			return nil, err
+		}
+		return &stockClient{clis: []*clientv3.Client{cli}}, nil
+	case Pinned:
+		sc := &stockClient{pinned: true}
+		for k := range conns * len(c.endpoints) {
+			cli, err := clientv3.New(c.clientConfig([]string{c.endpoints[k%len(c.endpoints)]}))
+			if err != nil {
+				sc.Close()
+				return nil, err
+			}
+			sc.clis = append(sc.clis, cli)
+		}
+		return sc, nil
+	}
 	opts := []etcd.Option{etcd.WithPolicy(routedPolicy(policy)), etcd.WithConnsPerMember(conns)}
 	if c.clientZone != "" {
 		zones := map[string]string{}
@@ -168,7 +188,7 @@ func (c *etcdCluster) Connect(ctx context.Context, policy string, conns int) (Cl
 		}
 		opts = append(opts, etcd.WithZones(c.clientZone, zones))
 	}
-	cli, err := etcd.New(clientv3.Config{Endpoints: c.endpoints, Logger: zap.NewNop(), DialTimeout: 10 * time.Second}, opts...)
+	cli, err := etcd.New(c.clientConfig(c.endpoints), opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -208,4 +228,49 @@ func (c *etcdClient) Stats() router.Stats { return c.cli.Stats() }
 func (c *etcdClient) Close() error {
 	c.pin.close()
 	return c.cli.Close()
+}
+
+// clientConfig is the one configuration every client gets, routed or not.
+func (c *etcdCluster) clientConfig(endpoints []string) clientv3.Config {
+	return clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop(), DialTimeout: 10 * time.Second}
+}
+
+// stockClient is unmodified clientv3: one client (Stock), or one per
+// connection with each worker on one of them (Pinned).
+type stockClient struct {
+	clis   []*clientv3.Client
+	pinned bool
+}
+
+func (c *stockClient) client(ctx context.Context) *clientv3.Client {
+	if !c.pinned {
+		return c.clis[0]
+	}
+	return c.clis[workerOf(ctx)%len(c.clis)]
+}
+
+func (c *stockClient) Write(ctx context.Context, key string, value []byte) error {
+	_, err := c.client(ctx).Put(ctx, key, string(value))
+	return err
+}
+
+func (c *stockClient) Read(ctx context.Context, key, end string) error {
+	var err error
+	if end == "" {
+		_, err = c.client(ctx).Get(ctx, key)
+	} else {
+		_, err = c.client(ctx).Get(ctx, key, clientv3.WithRange(end))
+	}
+	return err
+}
+
+// Stats is empty: no router; the members' own counts say where calls went.
+func (c *stockClient) Stats() router.Stats { return router.Stats{} }
+
+func (c *stockClient) Close() error {
+	var errs []error
+	for _, cli := range c.clis {
+		errs = append(errs, cli.Close())
+	}
+	return errors.Join(errs...)
 }

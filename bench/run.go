@@ -112,7 +112,25 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 		wg.Go(func() {
 			rnd := rand.New(rand.NewPCG(w.Seed, uint64(spec.trial)<<32|uint64(wk)))
 			lg := &logs[wk]
+			runCtx := withWorker(runCtx, wk)
+			var interval time.Duration
+			next := time.Now()
+			if w.Rate > 0 {
+				interval = time.Duration(float64(w.Workers) / w.Rate * float64(time.Second))
+				// Spread the workers' schedules over one interval.
+				next = next.Add(time.Duration(wk) * interval / time.Duration(w.Workers))
+			}
 			for runCtx.Err() == nil {
+				if interval > 0 {
+					select {
+					case <-time.After(time.Until(next)):
+					case <-runCtx.Done():
+					}
+					if runCtx.Err() != nil {
+						break
+					}
+					next = maxTime(next.Add(interval), time.Now())
+				}
 				k := rnd.IntN(w.Keys - w.RangeSize + 1)
 				isRead := rnd.Float64() < w.ReadRatio
 				opCtx, opCancel := context.WithTimeout(runCtx, spec.opTimeout)
@@ -213,6 +231,13 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 	r.ServerCPU = (srvAfter - srvBefore).Seconds() / elapsed.Seconds()
 	r.LeaderChanged = leaderBefore != leaderAfter || statsAfter.LeaderChanges != statsBefore.LeaderChanges
 	return out, nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

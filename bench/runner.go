@@ -80,7 +80,7 @@ func NewRunner(opts Options) (*Runner, error) {
 		return nil, fmt.Errorf("%w: %d nodes, want 1..9", ErrBadWorkload, opts.Nodes)
 	}
 	for _, p := range opts.Policies {
-		if !slices.Contains(append(router.Policies(), Oracle, StaticLeader), p) {
+		if !slices.Contains(append(router.Policies(), Comparators()...), p) {
 			return nil, fmt.Errorf("%w: %q", router.ErrUnknownPolicy, p)
 		}
 	}
@@ -141,6 +141,13 @@ func (r *Runner) plan(name string) (plannedScenario, error) {
 	if len(r.opts.Policies) > 0 {
 		ps.policies, ps.baseline = r.opts.Policies, r.opts.Policies[0]
 	}
+	if ps.backend.Name() != "etcd" && slices.ContainsFunc(ps.policies, stockPolicy) {
+		r.opts.Logf("scenario %s: dropping %s and %s, etcd's baselines (ZooKeeper's stock client is sticky)", name, Stock, Pinned)
+		ps.policies = slices.DeleteFunc(slices.Clone(ps.policies), stockPolicy)
+		if stockPolicy(ps.baseline) && len(ps.policies) > 0 {
+			ps.baseline = ps.policies[0]
+		}
+	}
 	if len(r.opts.Endpoints) > 0 && slices.Contains(ps.policies, Oracle) {
 		r.opts.Logf("scenario %s: dropping %s, which needs the test bed", name, Oracle)
 		ps.policies = slices.DeleteFunc(slices.Clone(ps.policies), func(p string) bool { return p == Oracle })
@@ -163,6 +170,9 @@ func (r *Runner) plan(name string) (plannedScenario, error) {
 		kept = []variant{{label: "as given", apply: func(*Workload) {}}}
 	}
 	ps.variants = kept
+	if def.trials > 0 && !r.opts.Set["trials"] {
+		ps.trials = def.trials
+	}
 	if def.failover {
 		if !r.opts.Set["trials"] {
 			ps.trials = 1 // representative runs, as in the paper

@@ -15,6 +15,7 @@ import (
 const (
 	ScenarioQuick      = "quick"
 	ScenarioHealthy    = "healthy"
+	ScenarioOverhead   = "overhead"
 	ScenarioDegraded   = "degraded"
 	ScenarioFiveNode   = "five-node"
 	ScenarioLoadSweep  = "load-sweep"
@@ -27,7 +28,7 @@ const (
 
 // Scenarios lists the scenario names in the order "all" runs them.
 func Scenarios() []string {
-	return []string{ScenarioHealthy, ScenarioDegraded, ScenarioFiveNode, ScenarioLoadSweep, ScenarioReadSize, ScenarioFailover, ScenarioZKHealthy, ScenarioZKDegraded}
+	return []string{ScenarioHealthy, ScenarioOverhead, ScenarioDegraded, ScenarioFiveNode, ScenarioLoadSweep, ScenarioReadSize, ScenarioFailover, ScenarioZKHealthy, ScenarioZKDegraded}
 }
 
 // ErrUnknownScenario is returned for a name not in Scenarios().
@@ -61,6 +62,9 @@ type scenarioDef struct {
 	// backend, when set, is the backend the scenario runs on whatever
 	// --backend says ("zk" for the ZooKeeper tables).
 	backend string
+	// trials, when set, replaces the default trial count (not --trials):
+	// a comparison that must resolve 2 % needs more pairs.
+	trials int
 }
 
 func mix(ratio float64) variant {
@@ -88,17 +92,26 @@ func scenarioDefs() map[string]scenarioDef {
 	defs := []scenarioDef{
 		{
 			name: ScenarioQuick, section: "IV-C", desc: "healthy 3-node cluster, 80/20: round_robin vs hybrid (and boltzmann)",
-			policies: []string{router.RoundRobin, router.Hybrid, router.Boltzmann}, baseline: router.RoundRobin,
+			policies: []string{Stock, Pinned, router.RoundRobin, router.Hybrid, router.Boltzmann}, baseline: Stock,
 			variants: []variant{mix(0.8)}, metrics: standardMetrics(0),
 		},
 		{
 			name: ScenarioHealthy, section: "IV-C, Table II", desc: "healthy 3-node cluster, 80/20 and 50/50, with the oracle floor",
-			policies: []string{router.RoundRobin, router.Hybrid, router.Boltzmann, Oracle}, baseline: router.RoundRobin,
+			policies: []string{Stock, Pinned, router.RoundRobin, router.Hybrid, router.Boltzmann, Oracle}, baseline: Stock,
 			variants: []variant{mix(0.8), mix(0.5)}, metrics: standardMetrics(0),
 		},
 		{
+			name: ScenarioOverhead, trials: 6, desc: "the drop-in's cost: stock clientv3 vs round_robin (the same rotation) below saturation, paced",
+			policies: []string{Stock, router.RoundRobin, Pinned, router.Hybrid}, baseline: Stock,
+			variants: []variant{paced(400, 1), paced(400, 3)},
+			metrics: func(int) []Metric {
+				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, ClientCPUPerOp, ServerCPUPerOp, ClientCPU, ServerCPU}
+			},
+			notes: []string{"Paced at a fixed rate well below saturation (about 40 % of what 8 closed-loop workers reach), so latencies are service times, not CPU queueing; stock clientv3 has one connection per member whatever the variant says."},
+		},
+		{
 			name: ScenarioDegraded, section: "IV-G, Table III", desc: "+8 ms ± 2 ms on every link of the same-zone follower m1",
-			policies: []string{router.RoundRobin, router.Hybrid, router.Boltzmann}, baseline: router.RoundRobin,
+			policies: []string{Stock, Pinned, router.RoundRobin, router.Hybrid, router.Boltzmann}, baseline: Stock,
 			variants: []variant{mix(0.8)}, faults: true,
 			metrics: func(int) []Metric {
 				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), MemberWriteShare(0), ClientCPU, ServerCPU}
@@ -109,19 +122,19 @@ func scenarioDefs() map[string]scenarioDef {
 		{
 			name: ScenarioFiveNode, section: "IV-H, Table IV", desc: "5 members in 3 zones, 80/20",
 			nodes: 5, fixedNodes: true,
-			policies: []string{router.RoundRobin, router.Hybrid}, baseline: router.RoundRobin,
+			policies: []string{Stock, Pinned, router.RoundRobin, router.Hybrid}, baseline: Stock,
 			variants: []variant{mix(0.8)}, metrics: standardMetrics(0),
 		},
 		{
 			name: ScenarioLoadSweep, section: "IV-I, Figure 6", desc: "5 members, 80/20, 128/256/512 workers",
 			nodes: 5, fixedNodes: true,
-			policies: []string{router.RoundRobin, router.Hybrid}, baseline: router.RoundRobin,
+			policies: []string{Stock, Pinned, router.RoundRobin, router.Hybrid}, baseline: Stock,
 			variants: []variant{workers(128), workers(256), workers(512)}, metrics: standardMetrics(0),
 			notes: []string{"Two cores host the client, the proxies and five members: these worker counts saturate them, so the sweep shows behaviour under overload."},
 		},
 		{
 			name: ScenarioReadSize, section: "IV-E, Figure 4", desc: "100% reads: leader_only vs distributed (hybrid) over value and range sizes",
-			policies: []string{router.LeaderOnly, router.Hybrid}, baseline: router.LeaderOnly,
+			policies: []string{Stock, Pinned, router.LeaderOnly, router.Hybrid}, baseline: Stock,
 			variants: append(valueSizes(256, 1024, 4096, 16384, 65536), ranges(10, 100, 500)...),
 			metrics: func(int) []Metric {
 				return []Metric{ReadP50, ReadP99, Throughput, Errors, MemberReadShare(0), ClientCPU, ServerCPU}
@@ -129,7 +142,7 @@ func scenarioDefs() map[string]scenarioDef {
 		},
 		{
 			name: ScenarioFailover, section: "IV-F", desc: "the leader is killed (SIGKILL) a third into the run",
-			policies: []string{router.RoundRobin, router.Hybrid, StaticLeader}, baseline: router.RoundRobin,
+			policies: []string{Stock, Pinned, router.RoundRobin, router.Hybrid, StaticLeader}, baseline: Stock,
 			variants: []variant{mix(0.8)}, faults: true, failover: true,
 			metrics: func(int) []Metric {
 				return []Metric{
@@ -166,6 +179,14 @@ func scenarioDefs() map[string]scenarioDef {
 		out[d.name] = d
 	}
 	return out
+}
+
+// paced runs the paper's 80/20 mix at rate operations per second in all,
+// with conns connections per member.
+func paced(rate float64, conns int) variant {
+	return variant{fmt.Sprintf("%.0f ops/s, %d conn/member", rate, conns), []string{"rate", "conns", "read-ratio"}, func(w *Workload) {
+		w.Rate, w.ConnsPerMember, w.ReadRatio = rate, conns, 0.8
+	}}
 }
 
 func workers(n int) variant {
@@ -252,7 +273,7 @@ func Describe() string {
 	var b strings.Builder
 	for _, n := range append([]string{ScenarioQuick}, Scenarios()...) {
 		d := defs[n]
-		fmt.Fprintf(&b, "  %-11s %s (paper %s)\n", n, d.desc, d.section)
+		fmt.Fprintf(&b, "  %-11s %s (%s)\n", n, d.desc, paperRef(d.section))
 	}
 	fmt.Fprintf(&b, "  %-11s every scenario above but quick\n", ScenarioAll)
 	return b.String()

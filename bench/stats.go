@@ -72,7 +72,18 @@ var (
 	Errors     = Metric{Name: "Errors", Decimals: 0, Get: func(r Result) float64 { return float64(r.Errors) }}
 	ClientCPU  = Metric{Name: "Client CPU (cores)", Decimals: 2, Get: func(r Result) float64 { return r.ClientCPU }}
 	ServerCPU  = Metric{Name: "Server CPU (cores)", Decimals: 2, Get: func(r Result) float64 { return r.ServerCPU }}
+	// CPU per operation: what a paced workload compares (its throughput
+	// is fixed, so cores alone would hide nothing, but per op is exact).
+	ClientCPUPerOp = Metric{Name: "Client CPU (µs/op)", Decimals: 1, Get: func(r Result) float64 { return perOp(r.ClientCPU, r.ThroughputOps) }}
+	ServerCPUPerOp = Metric{Name: "Server CPU (µs/op)", Decimals: 1, Get: func(r Result) float64 { return perOp(r.ServerCPU, r.ThroughputOps) }}
 )
+
+func perOp(cores, opsPerSecond float64) float64 {
+	if opsPerSecond <= 0 {
+		return math.NaN()
+	}
+	return 1e6 * cores / opsPerSecond
+}
 
 // MemberReadShare is the share of reads (percent, server side when known)
 // served by member i.
@@ -182,7 +193,7 @@ func (c *Comparison) Markdown() string {
 	}
 	fmt.Fprintf(&b, "#### %s", title)
 	if c.Section != "" {
-		fmt.Fprintf(&b, " (paper %s)", c.Section)
+		fmt.Fprintf(&b, " (%s)", paperRef(c.Section))
 	}
 	b.WriteString("\n\n| Metric |")
 	others := []string{}
@@ -233,4 +244,12 @@ func (c *Comparison) Markdown() string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// paperRef names where a scenario is in the paper, if it is.
+func paperRef(section string) string {
+	if section == "" {
+		return "not in the paper"
+	}
+	return "paper " + section
 }

@@ -16,8 +16,14 @@ type Workload struct {
 	ValueSize int `json:"value_size"`
 	// RangeSize is the number of consecutive keys one read returns. Default 1.
 	RangeSize int `json:"range_size"`
-	// Workers is the number of closed-loop workers. Default 8.
+	// Workers is the number of workers. Default 8.
 	Workers int `json:"workers"`
+	// Rate paces the workers to this many operations per second in all,
+	// each at Rate/Workers on a schedule of its own (an operation that
+	// overruns its slot delays the next, with no burst to catch up); 0
+	// runs them closed-loop, as fast as the cluster answers. Below
+	// saturation latencies are service times, not CPU queueing.
+	Rate float64 `json:"rate,omitempty"`
 	// Duration is the measured time of one trial. Default 10 s.
 	Duration time.Duration `json:"duration"`
 	// Warmup runs before measuring and is discarded. Default 2 s.
@@ -54,6 +60,8 @@ func (w Workload) Validate() error {
 		return fmt.Errorf("%w: value size %d, want 0..1MiB", ErrBadWorkload, w.ValueSize)
 	case w.RangeSize < 1 || w.RangeSize > w.Keys:
 		return fmt.Errorf("%w: range size %d, want 1..keys", ErrBadWorkload, w.RangeSize)
+	case w.Rate < 0 || w.Rate > 1e6:
+		return fmt.Errorf("%w: rate %v ops/s, want 0 (closed loop) .. 1e6", ErrBadWorkload, w.Rate)
 	case w.Workers < 1 || w.Workers > 4096:
 		return fmt.Errorf("%w: %d workers, want 1..4096", ErrBadWorkload, w.Workers)
 	case w.Duration <= 0 || w.Duration > time.Hour:

@@ -185,6 +185,9 @@ type quietLogger struct{}
 func (quietLogger) Printf(string, ...any) {}
 
 func (c *zkCluster) Connect(ctx context.Context, policy string, _ int) (Client, error) {
+	if stockPolicy(policy) {
+		return nil, fmt.Errorf("bench: %s is an etcd baseline (ZooKeeper's stock client is sticky)", policy)
+	}
 	opts := []ozk.Option{ozk.WithPolicy(routedPolicy(policy)), ozk.WithConnectTimeout(10 * time.Second), ozk.WithLogger(quietLogger{})}
 	if c.clientZone != "" {
 		zones := map[string]string{}

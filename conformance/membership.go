@@ -178,7 +178,7 @@ func testGrowAndShrink(t *testing.T, h Harness) {
 	Poll(t, opTimeout+time.Second, "the operations in flight at the drop ended", func() bool { return !l.startedBefore(drainedAt) })
 	w0, e0 := len(l.ackedWrites()), l.errs.Load()
 	time.Sleep(2 * time.Second) // a measurement window under load, not synchronisation
-	if after := opsAt(cli, oldAddr); after != sent {
+	if after := opsAt(cli, oldAddr); after > sent {
 		t.Errorf("the removed member was sent %d operations after the router dropped it", after-sent)
 	}
 	w1, e1 := len(l.ackedWrites()), l.errs.Load()

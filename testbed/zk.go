@@ -439,7 +439,9 @@ func (c *ZKCluster) reconfigure(ctx context.Context, via int, joining, leaving [
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		for j, o := range c.servers {
-			if o.removed.Load() || o.PID() == 0 || slices.Contains(leaving, strconv.Itoa(o.SID)) {
+			// Not the servers changing: a joining one has its own line in
+			// its configuration from the start.
+			if o.removed.Load() || o.PID() == 0 || slices.Contains(leaving, strconv.Itoa(o.SID)) || slices.Contains(joining, o.serverLine()) {
 				continue
 			}
 			var cfg []byte

@@ -21,6 +21,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) { conformance.Run(t, harness{}) }
 
+// The membership test skips a backend that lacks these.
+var (
+	_ conformance.MembershipCluster = cluster{}
+	_ conformance.MembershipClient  = client{}
+)
+
 type harness struct{}
 
 func (harness) NewCluster(t *testing.T, size int) conformance.Cluster {

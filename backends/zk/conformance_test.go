@@ -20,6 +20,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) { conformance.Run(t, harness{}) }
 
+// The membership test skips a backend that lacks these.
+var (
+	_ conformance.MembershipCluster = reconfigCluster{}
+	_ conformance.MembershipClient  = client{}
+	_ conformance.MembershipHarness = harness{}
+)
+
 type harness struct{}
 
 func (harness) NewCluster(t *testing.T, size int) conformance.Cluster {

@@ -178,6 +178,8 @@ type Conn struct {
 	// never move: servers are added or retired, as in the router).
 	srv            atomic.Pointer[serverList]
 	srvMu          sync.Mutex // serialises SetServers
+	cfgMu          sync.Mutex // serialises applying the ensemble's configuration
+	cfgVersion     uint64     // the newest configuration applied (its zxid)
 	sessionTimeout time.Duration
 	o              options
 
@@ -629,8 +631,10 @@ func route[T any](c *Conn, ctx context.Context, op router.Op, attempts int, boun
 	}
 	pctx := ctx
 	if bound != nil {
-		if cur := int(bound.cur.Load()); cur >= 0 {
-			pctx = router.WithMember(ctx, c.servers().members[cur].ID) // count it where it goes
+		// Counted where it goes; not while that server is retired (the
+		// session is about to move, and a retired member takes no picks).
+		if srv, cur := c.servers(), int(bound.cur.Load()); cur >= 0 && cur < len(srv.retired) && !srv.retired[cur] {
+			pctx = router.WithMember(ctx, srv.members[cur].ID)
 		}
 	}
 	var err error
@@ -663,14 +667,17 @@ func route[T any](c *Conn, ctx context.Context, op router.Op, attempts int, boun
 			// most its budget, never a failed read.
 			bctx, cancel := context.WithTimeout(ctx, budget)
 			v, err = do(bctx, s, at, fn)
-			cut := bctx.Err() == context.DeadlineExceeded && ctx.Err() == nil
+			cut := err != nil && bctx.Err() == context.DeadlineExceeded && ctx.Err() == nil
 			cancel()
-			if o := outcomeOf(ctx, err); cut || o == router.MemberFault {
+			if o := outcomeOf(ctx, err); cut || o == router.MemberFault || o == router.Overloaded {
 				cutOnce = true
 				if cut {
 					o = router.CallerGaveUp
 				}
 				p.Done(o)
+				if err := c.check(ctx); err != nil {
+					return zero, err
+				}
 				attempt-- // the pool's turn is not a retry
 				continue
 			}

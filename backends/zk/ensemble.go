@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,9 +62,17 @@ func ClientAddrs(config []byte) (addrs []string, version string, err error) {
 		if err != nil { // a port alone
 			host, port = "", client
 		}
-		if host == "" || host == "0.0.0.0" || host == "::" || host == "0:0:0:0:0:0:0:0" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, "", fmt.Errorf("oproute/zk: configuration line %q: bad client port %q", line, port)
+		}
+		if wildcard(host) {
 			if host, err = peerHost(peer); err != nil {
 				return nil, "", fmt.Errorf("oproute/zk: configuration line %q: %w", line, err)
+			}
+			if wildcard(host) {
+				// A server's own line may name 0.0.0.0 (it binds all
+				// addresses): nobody can dial that.
+				return nil, "", fmt.Errorf("%w: %s names no address a client can dial", ErrNoClientAddress, id)
 			}
 		}
 		addrs = append(addrs, net.JoinHostPort(host, port))
@@ -72,6 +81,10 @@ func ClientAddrs(config []byte) (addrs []string, version string, err error) {
 		return nil, "", fmt.Errorf("%w: no server lines", ErrNoClientAddress)
 	}
 	return addrs, version, nil
+}
+
+func wildcard(host string) bool {
+	return host == "" || host == "0.0.0.0" || host == "::" || host == "0:0:0:0:0:0:0:0"
 }
 
 // peerHost returns the host of a server line's peer part
@@ -98,7 +111,7 @@ func peerHost(peer string) (string, error) {
 // and starts afresh. It fails with ErrNoClientAddress when the
 // configuration names no client ports.
 func (c *Conn) SyncServers(ctx context.Context) error {
-	data, _, err := c.GetContext(ctx, EnsembleConfigPath)
+	data, _, err := c.GetContext(linearizable(ctx), EnsembleConfigPath)
 	if err != nil {
 		return fmt.Errorf("oproute/zk: reading %s: %w", EnsembleConfigPath, err)
 	}
@@ -112,6 +125,17 @@ func (c *Conn) applyEnsembleConfig(data []byte) (bool, error) {
 	addrs, version, err := ClientAddrs(data)
 	if err != nil {
 		return false, err
+	}
+	// The configuration's version is the zxid that committed it (hex):
+	// a read that raced a newer one (SyncServers and the tracker) must
+	// not undo it.
+	c.cfgMu.Lock()
+	defer c.cfgMu.Unlock()
+	if v, err := strconv.ParseUint(version, 16, 64); err == nil {
+		if v < c.cfgVersion {
+			return false, nil
+		}
+		c.cfgVersion = v
 	}
 	var live []string
 	srv := c.servers()
@@ -140,25 +164,31 @@ func (c *Conn) applyEnsembleConfig(data []byte) (bool, error) {
 func WithEnsembleTracking() Option { return func(o *options) { o.trackEnsemble = true } }
 
 // trackEnsemble follows the ensemble's configuration until Close: a watch
-// on EnsembleConfigPath, set again after each change; after a failure it
-// tries again a probe interval later.
+// on EnsembleConfigPath, set again after each change. A configuration it
+// cannot use is logged and kept watched; a read that failed is tried again
+// after a backoff (a second, doubling up to 30 s).
 func (c *Conn) trackEnsemble() {
-	retry := c.probeMaxAge * 2
-	lastErr := ""
+	const maxBackoff = 30 * time.Second
+	backoff, lastErr := time.Second, ""
 	for c.ctx.Err() == nil {
-		data, _, ch, err := c.GetWContext(c.ctx, EnsembleConfigPath)
+		data, _, ch, err := c.GetWContext(linearizable(c.ctx), EnsembleConfigPath)
 		if err == nil {
+			backoff = time.Second
 			_, err = c.applyEnsembleConfig(data)
 		}
-		if err != nil {
-			if c.ctx.Err() == nil && !errors.Is(err, ErrClosed) && err.Error() != lastErr {
-				lastErr = err.Error()
-				c.onEvent(router.Event{Kind: EventServersNotFollowed, Warn: true, Attrs: []slog.Attr{slog.String("error", lastErr)}})
-			}
+		switch {
+		case err == nil:
+			lastErr = ""
+		case c.ctx.Err() == nil && !errors.Is(err, ErrClosed) && err.Error() != lastErr:
+			lastErr = err.Error()
+			c.onEvent(router.Event{Kind: EventServersNotFollowed, Warn: true, Attrs: []slog.Attr{slog.String("error", lastErr)}})
+		}
+		if ch == nil {
 			select {
 			case <-c.ctx.Done():
-			case <-time.After(retry):
+			case <-time.After(backoff):
 			}
+			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
 		select {

@@ -22,6 +22,7 @@ func TestClientAddrs(t *testing.T) {
 			[]string{"zk1:2181", "zk2:2181", "[::1]:2181"}, "", nil},
 		{"static client port", "server.1=zk1:2888:3888\nversion=1", nil, "", ozk.ErrNoClientAddress},
 		{"empty", "", nil, "", ozk.ErrNoClientAddress},
+		{"a server's own line binding all addresses", "server.1=0.0.0.0:2888:3888:participant;2181", nil, "", ozk.ErrNoClientAddress},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, version, err := ozk.ClientAddrs([]byte(tc.config))
@@ -32,5 +33,10 @@ func TestClientAddrs(t *testing.T) {
 				t.Errorf("addresses (-want +got):\n%s\nversion %q, want %q", diff, version, tc.version)
 			}
 		})
+	}
+	for _, bad := range []string{"server.1=zk1:2888:3888;abc", "server.1=zk1:2888:3888;zk1:", "server.1=zk1:2888:3888;[::1]", "server.1=zk1:2888:3888;70000"} {
+		if addrs, _, err := ozk.ClientAddrs([]byte(bad)); err == nil {
+			t.Errorf("%q: %v, want an error", bad, addrs)
+		}
 	}
 }

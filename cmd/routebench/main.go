@@ -37,11 +37,12 @@ func run() error {
 	w := bench.DefaultWorkload()
 	fs := flag.NewFlagSet("routebench", flag.ContinueOnError)
 	scenario := fs.String("scenario", bench.ScenarioQuick, "scenario(s), comma-separated (see below)")
-	policies := fs.String("policies", "", "policies to compare, the first is the baseline (default: the scenario's); any of "+strings.Join(append(router.Policies(), bench.Oracle, bench.StaticLeader), ", "))
+	policies := fs.String("policies", "", "policies to compare, the first is the baseline (default: the scenario's); any of "+strings.Join(append(router.Policies(), bench.Comparators()...), ", "))
 	trials := fs.Int("trials", 3, "trials per policy, interleaved")
 	fs.DurationVar(&w.Duration, "duration", w.Duration, "measured time per trial (failover: 90s unless set)")
 	fs.DurationVar(&w.Warmup, "warmup", w.Warmup, "warm-up per trial, discarded")
-	fs.IntVar(&w.Workers, "workers", w.Workers, "closed-loop workers (the paper used 128; see README)")
+	fs.IntVar(&w.Workers, "workers", w.Workers, "workers (the paper used 128; see README)")
+	fs.Float64Var(&w.Rate, "rate", w.Rate, "operations per second in all, paced; 0: closed loop, as fast as the cluster answers")
 	fs.Float64Var(&w.ReadRatio, "read-ratio", w.ReadRatio, "share of linearizable reads")
 	fs.IntVar(&w.Keys, "keys", w.Keys, "key space")
 	fs.IntVar(&w.ValueSize, "value-size", w.ValueSize, "bytes per written value")
@@ -143,8 +144,12 @@ func headerText(opts bench.Options, scenario string) string {
 		backend += " (zk-* scenarios: zk)"
 	}
 	fmt.Fprintf(&b, "routebench: backend %s, scenario %s, %d trial(s) per policy, interleaved\n", backend, scenario, opts.Trials)
-	fmt.Fprintf(&b, "workload: %.0f%% reads, %d keys, %d-byte values, %d key(s) per read, %d closed-loop workers (default %d: two cores saturate near 16), %v measured after %v warm-up, %d connections per member\n",
-		100*w.ReadRatio, w.Keys, w.ValueSize, w.RangeSize, w.Workers, bench.DefaultWorkers, w.Duration, w.Warmup, w.ConnsPerMember)
+	pacing := "closed-loop"
+	if w.Rate > 0 {
+		pacing = fmt.Sprintf("paced (%.0f ops/s in all)", w.Rate)
+	}
+	fmt.Fprintf(&b, "workload: %.0f%% reads, %d keys, %d-byte values, %d key(s) per read, %d %s workers (default %d closed-loop: two cores saturate near 16), %v measured after %v warm-up, %d connections per member\n",
+		100*w.ReadRatio, w.Keys, w.ValueSize, w.RangeSize, w.Workers, pacing, bench.DefaultWorkers, w.Duration, w.Warmup, w.ConnsPerMember)
 	if len(opts.Endpoints) > 0 {
 		fmt.Fprintf(&b, "cluster: external %v\n", opts.Endpoints)
 	} else {
@@ -159,7 +164,7 @@ func headerText(opts bench.Options, scenario string) string {
 		fmt.Fprintf(&b, "cluster: test bed on 127.0.0.1, zones %v, client in zone %s, one-way %v in a zone and %v across (±%.0f%% jitter), peer links shaped alike; each member its own process; leader %s\n",
 			topo.Zones, topo.ClientZone, time.Duration(topo.SameZone), time.Duration(topo.CrossZone), 100*topo.Jitter, leader)
 	}
-	fmt.Fprintf(&b, "machine: %d CPUs, %s; latencies are closed-loop service times (see bench docs)\n", runtime.NumCPU(), runtime.Version())
+	fmt.Fprintf(&b, "machine: %d CPUs, %s; latencies are service times (see bench docs)\n", runtime.NumCPU(), runtime.Version())
 	return b.String()
 }
 

@@ -367,8 +367,8 @@ func (p *Proxy) pipe(dst, src net.Conn, f *flow, key string, dir Direction, firs
 		close(queue)
 		<-done
 		// Half-close so the peer sees EOF once queued bytes are out.
-		if tc, ok := dst.(*net.TCPConn); ok {
-			tc.CloseWrite()
+		if hc, ok := dst.(interface{ CloseWrite() error }); ok { // TCP and unix
+			hc.CloseWrite()
 		}
 	}()
 
