@@ -330,10 +330,10 @@ func TestSetServers(t *testing.T) {
 	if err := conn.SetServers(eps); err != nil {
 		t.Fatal(err)
 	}
-	conformance.Poll(t, 5*time.Second, "the added server reachable", func() bool {
+	conformance.Poll(t, 5*time.Second, "the added server in the read pool", func() bool {
 		for _, m := range conn.Stats().Members {
 			if m.Member.ID == eps[added] {
-				return m.Reachable
+				return m.Reachable && m.ProbeOK && !m.Ejected
 			}
 		}
 		return false
