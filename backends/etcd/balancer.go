@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -284,12 +285,38 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 			endBusy = p.r.Busy(pick.Index)
 		}
 	}
-	return balancer.PickResult{SubConn: sc, Done: func(di balancer.DoneInfo) {
-		pick.Done(outcomeOf(ctx, di))
-		if endBusy != nil {
-			endBusy()
-		}
-	}}, nil
+	d := donePool.Get().(*pickDone)
+	d.pick, d.ctx, d.endBusy = pick, ctx, endBusy
+	return balancer.PickResult{SubConn: sc, Done: d.fn}, nil
+}
+
+// pickDone carries one pick to the end of its RPC. Recycled: a closure per
+// RPC was an allocation stock clientv3's picker does not make (gRPC calls
+// Done exactly once per pick).
+type pickDone struct {
+	pick    router.Pick
+	ctx     context.Context
+	endBusy func()
+	fn      func(balancer.DoneInfo) // d.done, bound once
+}
+
+var donePool sync.Pool // of *pickDone
+
+func init() {
+	donePool.New = func() any {
+		d := &pickDone{}
+		d.fn = d.done
+		return d
+	}
+}
+
+func (d *pickDone) done(di balancer.DoneInfo) {
+	d.pick.Done(outcomeOf(d.ctx, di))
+	if d.endBusy != nil {
+		d.endBusy()
+	}
+	d.pick, d.ctx, d.endBusy = router.Pick{}, nil, nil
+	donePool.Put(d)
 }
 
 func pickError(err error) error {

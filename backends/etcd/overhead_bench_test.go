@@ -33,16 +33,20 @@ func BenchmarkStockVsRouted(b *testing.B) {
 	cfg := clientv3.Config{Endpoints: eps, Logger: zap.NewNop(), DialTimeout: 5 * time.Second}
 	ctx := context.Background()
 
-	type client struct {
+	// Each client lives only for its own runs, so that no other client's
+	// probes run on the CPU it is charged.
+	clients := []struct {
 		name string
-		kv   clientv3.KV
+		open func() (clientv3.KV, func() error, error)
+	}{
+		{"stock", func() (clientv3.KV, func() error, error) {
+			cli, err := clientv3.New(cfg)
+			if err != nil {
+				return nil, nil, err
+			}
+			return cli, cli.Close, nil
+		}},
 	}
-	stock, err := clientv3.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer stock.Close()
-	clients := []client{{"stock", stock}}
 	for _, v := range []struct {
 		name string
 		opts []etcd.Option
@@ -51,24 +55,18 @@ func BenchmarkStockVsRouted(b *testing.B) {
 		{"round_robin", []etcd.Option{etcd.WithPolicy(router.RoundRobin)}},
 		{"hybrid", nil},
 	} {
-		cli, err := etcd.New(cfg, v.opts...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer cli.Close()
-		clients = append(clients, client{v.name, cli})
+		clients = append(clients, struct {
+			name string
+			open func() (clientv3.KV, func() error, error)
+		}{v.name, func() (clientv3.KV, func() error, error) {
+			cli, err := etcd.New(cfg, v.opts...)
+			if err != nil {
+				return nil, nil, err
+			}
+			return cli, cli.Close, nil
+		}})
 	}
 	value := string(make([]byte, 256))
-	for _, cl := range clients { // connections up, servers warm
-		for range 300 {
-			if _, err := cl.kv.Put(ctx, "bench", value); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := cl.kv.Get(ctx, "bench"); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
 	ops := []struct {
 		name string
 		do   func(clientv3.KV) error
@@ -79,16 +77,26 @@ func BenchmarkStockVsRouted(b *testing.B) {
 	for trial := range 3 {
 		for _, op := range ops {
 			for _, cl := range clients {
+				kv, closeKV, err := cl.open()
+				if err != nil {
+					b.Fatal(err)
+				}
+				for range 200 { // connections up on every member, servers warm
+					if err := op.do(kv); err != nil {
+						b.Fatal(err)
+					}
+				}
 				b.Run(fmt.Sprintf("%s/%s/trial=%d", op.name, cl.name, trial), func(b *testing.B) {
 					b.ReportAllocs()
 					cpu0 := processCPU()
 					for b.Loop() {
-						if err := op.do(cl.kv); err != nil {
+						if err := op.do(kv); err != nil {
 							b.Fatal(err)
 						}
 					}
 					b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 				})
+				closeKV()
 			}
 		}
 	}
