@@ -28,7 +28,8 @@ type Workload struct {
 	Duration time.Duration `json:"duration"`
 	// Warmup runs before measuring and is discarded. Default 2 s.
 	Warmup time.Duration `json:"warmup"`
-	// ConnsPerMember is every policy's connection budget. Default 3.
+	// ConnsPerMember is every policy's connection budget (stock clientv3
+	// always has one). Default 1, the client's own default.
 	ConnsPerMember int `json:"conns_per_member"`
 	// Seed makes key choices repeatable.
 	Seed uint64 `json:"seed"`
@@ -43,7 +44,7 @@ const DefaultWorkers = 8
 // DefaultWorkload is the paper's mix at this machine's default concurrency.
 func DefaultWorkload() Workload {
 	return Workload{ReadRatio: 0.8, Keys: 1000, ValueSize: 256, RangeSize: 1, Workers: DefaultWorkers,
-		Duration: 10 * time.Second, Warmup: 2 * time.Second, ConnsPerMember: 3, Seed: 1}
+		Duration: 10 * time.Second, Warmup: 2 * time.Second, ConnsPerMember: 1, Seed: 1}
 }
 
 // ErrBadWorkload is wrapped by Validate's errors.
