@@ -118,12 +118,10 @@ func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 			}
 		}
 	}
-	scheme := "http"
 	if opts.ClientTLS {
 		if c.tls, err = makeTLS(c.dir); err != nil {
 			return nil, err
 		}
-		scheme = "https"
 	}
 	c.http = &http.Client{Transport: &http.Transport{TLSClientConfig: c.ClientTLS()}, Timeout: 5 * time.Second}
 
@@ -134,27 +132,9 @@ func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 		return nil, err
 	}
 	for i, zone := range c.topo.Zones {
-		m := &EtcdMember{Index: i, Name: fmt.Sprintf("m%d", i), Zone: zone}
-		m.server.name = m.Name
+		m := c.newMember(i, zone, allPorts[4*i:4*i+4], "new")
 		c.members = append(c.members, m)
 		c.nodes = append(c.nodes, &m.server)
-		// The member listens on the first two ports; its own proxies, which
-		// clients and peers are told about, on the other two.
-		ports := allPorts[4*i : 4*i+4]
-		m.spec = memberSpec{
-			Index:           i,
-			Name:            m.Name,
-			Dir:             filepath.Join(c.dir, m.Name),
-			ListenClient:    fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[0]),
-			ListenPeer:      fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
-			AdvertiseClient: fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[2]),
-			AdvertisePeer:   fmt.Sprintf("http://127.0.0.1:%d", ports[3]),
-			ClusterState:    "new",
-			Token:           c.token,
-		}
-		if c.tls != nil {
-			m.spec.CertFile, m.spec.KeyFile = c.tls.cert, c.tls.key
-		}
 		initial = append(initial, m.Name+"="+m.spec.AdvertisePeer)
 	}
 	for _, m := range c.members {
@@ -180,6 +160,33 @@ func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 		}
 	}
 	return c, nil
+}
+
+// newMember describes member i in zone: it listens on the first two of
+// ports; its own proxies, which clients and peers are told about, on the
+// other two. clusterState is etcd's --initial-cluster-state.
+func (c *EtcdCluster) newMember(i int, zone string, ports []int, clusterState string) *EtcdMember {
+	m := &EtcdMember{Index: i, Name: fmt.Sprintf("m%d", i), Zone: zone}
+	m.server.name = m.Name
+	scheme := "http"
+	if c.tls != nil {
+		scheme = "https"
+	}
+	m.spec = memberSpec{
+		Index:           i,
+		Name:            m.Name,
+		Dir:             filepath.Join(c.dir, m.Name),
+		ListenClient:    fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[0]),
+		ListenPeer:      fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
+		AdvertiseClient: fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[2]),
+		AdvertisePeer:   fmt.Sprintf("http://127.0.0.1:%d", ports[3]),
+		ClusterState:    clusterState,
+		Token:           c.token,
+	}
+	if c.tls != nil {
+		m.spec.CertFile, m.spec.KeyFile = c.tls.cert, c.tls.key
+	}
+	return m
 }
 
 func (c *EtcdCluster) launch(m *EtcdMember) error {
@@ -441,26 +448,7 @@ func (c *EtcdCluster) AddMember(ctx context.Context, zone string) (int, error) {
 		return -1, err
 	}
 	i := len(c.members)
-	m := &EtcdMember{Index: i, Name: fmt.Sprintf("m%d", i), Zone: zone}
-	m.server.name = m.Name
-	scheme := "http"
-	if c.tls != nil {
-		scheme = "https"
-	}
-	m.spec = memberSpec{
-		Index:           i,
-		Name:            m.Name,
-		Dir:             filepath.Join(c.dir, m.Name),
-		ListenClient:    fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[0]),
-		ListenPeer:      fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
-		AdvertiseClient: fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[2]),
-		AdvertisePeer:   fmt.Sprintf("http://127.0.0.1:%d", ports[3]),
-		ClusterState:    "existing",
-		Token:           c.token,
-	}
-	if c.tls != nil {
-		m.spec.CertFile, m.spec.KeyFile = c.tls.cert, c.tls.key
-	}
+	m := c.newMember(i, zone, ports, "existing")
 	cli, err := c.admin(leader)
 	if err != nil {
 		return -1, err
