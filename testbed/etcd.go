@@ -482,11 +482,7 @@ func (c *EtcdCluster) AddMember(ctx context.Context, zone string) (int, error) {
 	}
 	c.members = append(c.members, m)
 	c.topo.Zones = append(c.topo.Zones, zone)
-	c.grow(&m.server, func(n *netState) {
-		n.Topo.Zones = append(n.Topo.Zones, zone)
-		n.Extra = append(n.Extra, linkExtra{})
-		n.IDs[strconv.FormatUint(resp.Member.ID, 16)] = i
-	})
+	c.grow(&m.server, i, zone, strconv.FormatUint(resp.Member.ID, 16))
 	if err := c.launch(m); err != nil {
 		return -1, err
 	}

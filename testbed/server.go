@@ -410,14 +410,18 @@ func (c *cluster) setNet(change func(*netState)) {
 	}
 }
 
-// grow adds a member's process (not yet started) to the cluster and
-// changes the network state for it (its zone, its links), telling the
-// running members' proxies.
-func (c *cluster) grow(node *server, change func(*netState)) {
+// grow adds member i's process (not yet started) to the cluster, in zone,
+// with its peer links known by id (the key peerLink looks senders up by),
+// and tells the running members' proxies.
+func (c *cluster) grow(node *server, i int, zone, id string) {
 	c.netMu.Lock()
 	c.nodes = append(c.nodes, node)
 	c.netMu.Unlock()
-	c.setNet(change)
+	c.setNet(func(n *netState) {
+		n.Topo.Zones = append(n.Topo.Zones, zone)
+		n.Extra = append(n.Extra, linkExtra{})
+		n.IDs[id] = i
+	})
 }
 
 // withNet calls start with a copy of the network state and holds changes

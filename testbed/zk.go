@@ -515,11 +515,7 @@ func (c *ZKCluster) AddServer(ctx context.Context, zone string) (int, error) {
 	s.server.name = s.Name
 	c.servers = append(c.servers, s)
 	c.topo.Zones = append(c.topo.Zones, zone)
-	c.grow(&s.server, func(n *netState) {
-		n.Topo.Zones = append(n.Topo.Zones, zone)
-		n.Extra = append(n.Extra, linkExtra{})
-		n.IDs[strconv.Itoa(i)] = i
-	})
+	c.grow(&s.server, i, zone, strconv.Itoa(i))
 	if err := c.writeConfig(s, nil); err != nil {
 		return -1, err
 	}

@@ -89,15 +89,7 @@ func newClient(t *testing.T, c *testbed.EtcdCluster, opts ...etcd.Option) *etcd.
 	t.Cleanup(func() { cli.Close() })
 	// Ready: the leader is known and every member answered a probe, which
 	// needs a ready pooled connection to it.
-	ready := func() bool {
-		st := cli.Stats()
-		for _, m := range st.Members {
-			if !m.ProbeOK {
-				return false
-			}
-		}
-		return st.Leader != ""
-	}
+	ready := func() bool { return allProbed(cli) && cli.Stats().Leader != "" }
 	deadline := time.Now().Add(10 * time.Second)
 	for !ready() {
 		if time.Now().After(deadline) {
@@ -106,6 +98,17 @@ func newClient(t *testing.T, c *testbed.EtcdCluster, opts ...etcd.Option) *etcd.
 		time.Sleep(10 * time.Millisecond)
 	}
 	return cli
+}
+
+// allProbed reports whether every member of cli's router has answered a
+// probe, which needs a ready pooled connection to it.
+func allProbed(cli *etcd.Client) bool {
+	for _, m := range cli.Stats().Members {
+		if !m.ProbeOK {
+			return false
+		}
+	}
+	return true
 }
 
 // TestWholeAPIThroughRouter exercises every clientv3 API group through the
@@ -477,14 +480,7 @@ func TestProbesDoNotWarnWhileConnecting(t *testing.T) {
 		}
 		return all, notReady
 	}
-	conformance.Poll(t, 10*time.Second, "every member probed", func() bool {
-		for _, m := range cli.Stats().Members {
-			if !m.ProbeOK {
-				return false
-			}
-		}
-		return true
-	})
+	conformance.Poll(t, 10*time.Second, "every member probed", func() bool { return allProbed(cli) })
 	if all, _ := probeWarnings(); all > 0 {
 		t.Errorf("%d probe warnings at start-up", all)
 	}
@@ -690,13 +686,7 @@ func TestUnixEndpoints(t *testing.T) {
 	}
 	defer cli.Close()
 	conformance.Poll(t, 5*time.Second, "every unix member probed and the leader known", func() bool {
-		st := cli.Stats()
-		for _, m := range st.Members {
-			if !m.ProbeOK {
-				return false
-			}
-		}
-		return st.Leader == eps[0]
+		return allProbed(cli) && cli.Stats().Leader == eps[0]
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
