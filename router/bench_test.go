@@ -10,12 +10,22 @@ import (
 // BenchmarkPick measures Pick + Done for every policy on the 80/20 mix, in
 // parallel so that contention on the shared counters shows with -cpu 1,2;
 // "+metrics" with the Prometheus collector on (a histogram observation per
-// read).
+// read), "+p2c" with LoadAware, "+hedge" with hedging configured (the pick
+// and completion side of it: the slot lookup and the latency ring; the
+// race itself is a backend's call).
 func BenchmarkPick(b *testing.B) {
-	for _, name := range append(Policies(), Hybrid+"+metrics", RoundRobin+"+metrics") {
+	for _, name := range append(Policies(), Hybrid+"+metrics", RoundRobin+"+metrics", Hybrid+"+p2c", Hybrid+"+hedge") {
 		policy, metrics := strings.CutSuffix(name, "+metrics")
+		cfg := Config{Members: members(3), Prober: &fakeCluster{leader: "m0", term: 1}, ProbeInterval: time.Hour}
+		switch policy {
+		case Hybrid + "+p2c":
+			policy, cfg.LoadAware = Hybrid, true
+		case Hybrid + "+hedge":
+			policy, cfg.Hedge = Hybrid, &HedgeConfig{Enabled: true}
+		}
+		cfg.Policy = policy
 		b.Run(name, func(b *testing.B) {
-			r, err := New(Config{Members: members(3), Policy: policy, Prober: &fakeCluster{leader: "m0", term: 1}, ProbeInterval: time.Hour})
+			r, err := New(cfg)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -99,6 +99,16 @@ type Config struct {
 	// fresh evidence, never only the absence of bad news. Default is 3.
 	ReadmitSamples int
 
+	// LoadAware makes hybrid choose within the read pool by power of two
+	// choices over each member's read EWMA × (its reads in flight + 1)
+	// instead of round robin. The ejection and readmission rules are
+	// hybrid's; a slow member is avoided from its first slow answers, so
+	// the MinSamples that judge it come later than under round robin.
+	LoadAware bool
+	// Hedge, when set, configures hedged reads (hybrid only); see
+	// HedgeConfig. Nil: no read is hedged.
+	Hedge *HedgeConfig
+
 	// Temperature (τ) of the boltzmann policy's softmax. Default is 1 ms.
 	Temperature time.Duration
 	// FailureThreshold: after more than this many consecutive failures a
@@ -211,6 +221,11 @@ func (c *Config) setDefaults() {
 	if c.Clock == nil {
 		c.Clock = systemClock{}
 	}
+	if c.Hedge != nil {
+		h := *c.Hedge // the caller's struct stays as it was
+		h.setDefaults()
+		c.Hedge = &h
+	}
 }
 
 func (c *Config) validate() error {
@@ -238,6 +253,14 @@ func (c *Config) validate() error {
 	case RoundRobin, LeaderOnly, Sticky, Boltzmann, Hybrid:
 	default:
 		return fmt.Errorf("%w: %q (want one of %v)", ErrUnknownPolicy, c.Policy, Policies())
+	}
+	if c.Hedge != nil {
+		if err := c.Hedge.validate(c.Policy); err != nil {
+			return err
+		}
+	}
+	if c.LoadAware && c.Policy != Hybrid {
+		return fmt.Errorf("%w: load-aware choice needs the %s policy's read pool, not %s", ErrInvalidConfig, Hybrid, c.Policy)
 	}
 	if c.StickyMember != "" && !ids[c.StickyMember] {
 		return fmt.Errorf("%w: sticky member %q", ErrUnknownMember, c.StickyMember)

@@ -68,6 +68,9 @@ func (r *Router) refresh(ctx context.Context) {
 		}
 	}
 	r.apply(outcomes, gen)
+	if r.hedge != nil {
+		r.hedge.update()
+	}
 }
 
 // apply folds one probe round (nil when there is no prober) into a new

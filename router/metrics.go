@@ -25,6 +25,7 @@ var ReadLatencyBuckets = prometheus.ExponentialBuckets(0.00025, 2, 15)
 //	oproute_probe_failures_total{member}             counter
 //	oproute_leader_changes_total                     counter
 //	oproute_fallbacks_total                          counter  leader-bound operations sent round robin (leader unknown)
+//	oproute_hedged_reads_total{result}               counter  hedges sent (result="sent") and those that answered first ("won")
 func (r *Router) Collector() prometheus.Collector {
 	r.collectorOnce.Do(func() {
 		vec := prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -53,6 +54,7 @@ func (r *Router) Collector() prometheus.Collector {
 			probeFailures: prometheus.NewDesc("oproute_probe_failures_total", "Failed probes of the member.", member, nil),
 			leaderChanges: prometheus.NewDesc("oproute_leader_changes_total", "Moves of the known leader from one member to another.", nil, nil),
 			fallbacks:     prometheus.NewDesc("oproute_fallbacks_total", "Leader-bound operations sent round robin because the leader was unknown.", nil, nil),
+			hedges:        prometheus.NewDesc("oproute_hedged_reads_total", "Hedged reads: second copies sent, and those that answered first.", []string{"result"}, nil),
 		}
 	})
 	return r.collector
@@ -62,11 +64,11 @@ type collector struct {
 	r       *Router
 	latency *prometheus.HistogramVec
 
-	ops, up, ejected, leader, ejections, readmissions, probeRTT, probeFailures, leaderChanges, fallbacks *prometheus.Desc
+	ops, up, ejected, leader, ejections, readmissions, probeRTT, probeFailures, leaderChanges, fallbacks, hedges *prometheus.Desc
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.ops, c.up, c.ejected, c.leader, c.ejections, c.readmissions, c.probeRTT, c.probeFailures, c.leaderChanges, c.fallbacks} {
+	for _, d := range []*prometheus.Desc{c.ops, c.up, c.ejected, c.leader, c.ejections, c.readmissions, c.probeRTT, c.probeFailures, c.leaderChanges, c.fallbacks, c.hedges} {
 		ch <- d
 	}
 	c.latency.Describe(ch)
@@ -102,5 +104,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.leaderChanges, prometheus.CounterValue, float64(st.LeaderChanges))
 	ch <- prometheus.MustNewConstMetric(c.fallbacks, prometheus.CounterValue, float64(st.Fallbacks))
+	ch <- prometheus.MustNewConstMetric(c.hedges, prometheus.CounterValue, float64(st.Hedges.Sent), "sent")
+	ch <- prometheus.MustNewConstMetric(c.hedges, prometheus.CounterValue, float64(st.Hedges.Won), "won")
 	c.latency.Collect(ch)
 }

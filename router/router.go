@@ -31,6 +31,8 @@ type Router struct {
 	timed   [numOps]bool // the policy consumes this class's latency
 
 	snap atomic.Pointer[snapshot]
+	// hedge is nil unless Config.Hedge is set.
+	hedge *hedger
 
 	// The two cursors are written on almost every pick: each gets its own
 	// cache line, away from the fields above that every pick reads.
@@ -82,6 +84,8 @@ type memberHealth struct {
 	// overlapped one is not taken as evidence.
 	busy      atomic.Int32
 	busyEpoch atomic.Uint64
+	// inflight counts reads picked and not yet done, under LoadAware.
+	inflight atomic.Int64
 	// weight is boltzmann's exp(−EWMA/τ), as float64 bits, refreshed when a
 	// sample lands so that Pick does no exp of its own.
 	weight atomic.Uint64
@@ -151,6 +155,9 @@ func New(cfg Config) (*Router, error) {
 	}
 	_, r.sysTime = cfg.Clock.(systemClock)
 	r.kind = kindOf(cfg.Policy)
+	if cfg.Hedge != nil {
+		r.hedge = newHedger(*cfg.Hedge)
+	}
 	for op := range Op(numOps) {
 		// Reading the clock costs more than the rest of Pick, so only the
 		// classes whose latency the policy uses are timed.
@@ -252,6 +259,8 @@ type Pick struct {
 	start        time.Duration // since r.epoch; 0 when the policy ignores latency
 	leaderPinned bool
 	probing      bool   // an ejected member's probe-share read
+	inflight     bool   // counted in the member's inflight (LoadAware)
+	hedge        bool   // a hedge's pick: its latency is no sample of the pool's
 	observe      bool   // a read whose latency goes to the histogram
 	busyEpoch    uint64 // the member's busyEpoch at the pick, for timed ops
 }
@@ -288,6 +297,16 @@ func (r *Router) Pick(ctx context.Context, op Op) (Pick, error) {
 	ro := r.roster()
 	h := ro.health[p.Index]
 	h.ops[op].Add(1)
+	if r.cfg.LoadAware && op.IsRead() {
+		h.inflight.Add(1)
+		p.inflight = true
+	}
+	if r.hedge != nil && op.IsRead() {
+		if slot, ok := ctx.Value(attemptKey{}).(*attemptSlot); ok {
+			slot.idx.Store(int32(p.Index))
+			p.hedge = slot.hedge
+		}
+	}
 	p.Member = ro.members[p.Index]
 	p.busyEpoch = h.busyEpoch.Load()
 	p.observe = op.IsRead() && ro.hist != nil
@@ -354,6 +373,9 @@ func (p Pick) Done(o Outcome) {
 		return
 	}
 	h := r.roster().health[p.Index]
+	if p.inflight {
+		h.inflight.Add(-1)
+	}
 	if o == NotSent {
 		h.ops[p.op].Add(^uint64(0))
 		return
@@ -379,6 +401,9 @@ func (p Pick) Done(o Outcome) {
 		h.errs[p.op].Add(1)
 		h.consecutiveFailures.Add(1)
 		if p.op.IsRead() {
+			if r.hedge != nil {
+				r.hedge.earn(-1000) // gRFC A6's throttle: a failing pool gets no hedges
+			}
 			h.readFails.Add(1)
 			h.readFailStreak.Add(1)
 			if p.probing {
@@ -418,6 +443,9 @@ func (p Pick) Done(o Outcome) {
 		return
 	}
 	h.read.Add(latency)
+	if r.hedge != nil && p.op.IsRead() && !p.probing && !p.hedge {
+		r.hedge.rings[p.op].add(latency)
+	}
 	if p.probing {
 		if r.inLine(latency, time.Duration(r.readMedian.Load())) {
 			h.freshInLine.Add(1)
@@ -634,9 +662,43 @@ func (r *Router) fromPool(s *snapshot, op Op) (idx int, probing bool) {
 		}
 	}
 	if op == StaleRead && len(s.local) > 0 {
-		return r.rotate(s.local), false
+		return r.choosePool(s.local), false
 	}
-	return r.rotate(s.pool), false
+	return r.choosePool(s.pool), false
+}
+
+// choosePool picks one of set, members of the read pool: the next in the
+// rotation, or under LoadAware the less loaded of two drawn at random
+// (power of two choices over read EWMA × (reads in flight + 1), as
+// Finagle's and Envoy's peak-EWMA balancers): a member with half the
+// capacity, or farther away, gets fewer reads instead of the same share,
+// and no member takes them all, as choosing the best of every member would.
+func (r *Router) choosePool(set []int) int {
+	if !r.cfg.LoadAware || len(set) == 1 {
+		return r.rotate(set)
+	}
+	n := uint64(len(set))
+	a := r.random() % n
+	b := r.random() % (n - 1)
+	if b >= a {
+		b++
+	}
+	i, j := set[a], set[b]
+	if r.uniform() < r.cfg.ProbeShare {
+		// A member that lost every draw while idle keeps its old estimate;
+		// its probe share of picks keeps that estimate fresh.
+		return i
+	}
+	if r.load(j) < r.load(i) {
+		return j
+	}
+	return i
+}
+
+// load is member i's read cost as P2C sees it.
+func (r *Router) load(i int) float64 {
+	h := r.roster().health[i]
+	return float64(h.read.Value()) * float64(h.inflight.Load()+1)
 }
 
 // maxExponent keeps exp(−EWMA/τ) above float64's underflow: members slower

@@ -88,7 +88,12 @@ func newTestRouter(t *testing.T, cfg Config) testRouter {
 	if cfg.Members == nil {
 		cfg.Members = members(3)
 	}
-	cfg.Clock, cfg.Prober, cfg.Seed = clock, cluster, 42
+	cfg.Prober, cfg.Seed = cluster, 42
+	if tc, ok := cfg.Clock.(*timerClock); ok {
+		clock = tc.fakeClock
+	} else {
+		cfg.Clock = clock
+	}
 	cfg.ProbeInterval = time.Hour
 	r, err := New(cfg)
 	if err != nil {

@@ -15,7 +15,9 @@ type Stats struct {
 	// Fallbacks counts leader-bound operations sent round robin because the
 	// leader was unknown.
 	Fallbacks uint64
-	Members   []MemberStats
+	// Hedges counts hedged reads (Config.Hedge): sent, and won.
+	Hedges  HedgeStats
+	Members []MemberStats
 }
 
 // MemberStats is one member's share of Stats.
@@ -62,6 +64,7 @@ func (r *Router) Stats() Stats {
 		Policy:        r.cfg.Policy,
 		LeaderChanges: r.leaderChanges.Load(),
 		Fallbacks:     r.fallbacks.Load(),
+		Hedges:        r.Hedges(),
 		Members:       make([]MemberStats, len(r.roster().members)),
 	}
 	if s.leader >= 0 {

@@ -10,11 +10,13 @@ import (
 )
 
 // Options are the routing options both backends offer (WithPolicy,
-// WithZones, WithRouterConfig).
+// WithZones, WithHedgedReads, WithLoadAwareReads, WithRouterConfig).
 type Options struct {
 	Policy     string
 	ClientZone string
 	Zones      map[string]string // endpoint as given → zone
+	Hedge      *router.HedgeConfig
+	LoadAware  bool
 	Tune       func(*router.Config)
 }
 
@@ -27,6 +29,7 @@ func (o Options) Config(base router.Config) router.Config {
 		cfg.Policy = o.Policy
 	}
 	cfg.ClientZone = o.ClientZone
+	cfg.Hedge, cfg.LoadAware = o.Hedge, o.LoadAware
 	if o.Tune != nil {
 		o.Tune(&cfg)
 	}
