@@ -27,11 +27,23 @@ type Harness interface {
 	// emulated topology (member 0 leads, from the client's zone). The
 	// harness closes it when t ends.
 	NewCluster(t *testing.T, size int) Cluster
-	// Connect returns a routed client of endpoints with the named policy.
-	// It must fail, not hang, when no endpoint is reachable; connecting
-	// may wait up to ConnectTimeout for that.
+	// Connect returns a routed client of endpoints with the named policy:
+	// one of router.Policies(), or HybridHedge or HybridP2C. It must fail,
+	// not hang, when no endpoint is reachable; connecting may wait up to
+	// ConnectTimeout for that.
 	Connect(endpoints []string, policy string) (Client, error)
 }
+
+// Hybrid's variants, which Harness.Connect must accept besides the
+// router's policies.
+const (
+	// HybridHedge is hybrid with every read hedged at the defaults of
+	// router.HedgeConfig (the backends' WithHedgedReads with Enabled).
+	HybridHedge = "hybrid+hedge"
+	// HybridP2C is hybrid choosing within the read pool by power of two
+	// choices (the backends' WithLoadAwareReads).
+	HybridP2C = "hybrid+p2c"
+)
 
 // ConnectTimeout bounds Harness.Connect's wait for a reachable member.
 const ConnectTimeout = 3 * time.Second
@@ -106,10 +118,13 @@ func Run(t *testing.T, h Harness) {
 	t.Run("RoundRobinIsStock", func(t *testing.T) { testRoundRobin(t, h) })
 	t.Run("LeaderMovedUnderLoad", func(t *testing.T) { testLeaderChange(t, h, false) })
 	t.Run("LeaderKilledUnderLoad", func(t *testing.T) { testLeaderChange(t, h, true) })
-	t.Run("DegradedMemberLeavesAndRejoins", func(t *testing.T) { testDegraded(t, h) })
+	t.Run("DegradedMemberLeavesAndRejoins", func(t *testing.T) { testDegraded(t, h, router.Hybrid) })
 	t.Run("AllEquallySlowNobodyEjected", func(t *testing.T) { testAllSlow(t, h) })
-	t.Run("LinearizableUnderLeaderChange", func(t *testing.T) { testLinearizable(t, h, leaderChangeFault) })
-	t.Run("LinearizableUnderDegradedMember", func(t *testing.T) { testLinearizable(t, h, degradedFault) })
+	t.Run("LinearizableUnderLeaderChange", func(t *testing.T) { testLinearizable(t, h, router.Hybrid, leaderChangeFault) })
+	t.Run("LinearizableUnderDegradedMember", func(t *testing.T) { testLinearizable(t, h, router.Hybrid, degradedFault) })
+	// Beyond the paper: hybrid's variants keep its promises.
+	t.Run("Hedging/FirstAnswerNoDuplicateWrite", func(t *testing.T) { testLinearizable(t, h, HybridHedge, stallFault) })
+	t.Run("LoadAware/DegradedMemberLeavesAndRejoins", func(t *testing.T) { testDegraded(t, h, HybridP2C) })
 	t.Run("StickyKeepsOneMember", func(t *testing.T) { testSticky(t, h) })
 	t.Run("EphemeralSurvivesLeaderChange", func(t *testing.T) { testEphemeralSurvives(t, h) })
 	t.Run("WatchFiresAfterMemberLoss", func(t *testing.T) { testWatchAfterLoss(t, h) })

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,7 +75,11 @@ var registerModel = porcupine.Model{
 // porcupine. A put that failed may or may not have happened: it is recorded
 // as never returning, so the checker may place it anywhere after its call.
 // A failed get tells nothing and is left out.
-func testLinearizable(t *testing.T, h Harness, fault func(t *testing.T, c Cluster, leader int)) {
+//
+// Under HybridHedge it also checks that hedging ran (some hedged reads won)
+// and never sent a write twice: the writes the members applied, by their
+// own count, are at most the puts the clients issued.
+func testLinearizable(t *testing.T, h Harness, policy string, fault func(t *testing.T, c Cluster, leader int)) {
 	c := h.NewCluster(t, 3)
 	ctx := context.Background()
 	leader, err := c.Leader(ctx)
@@ -84,12 +89,13 @@ func testLinearizable(t *testing.T, h Harness, fault func(t *testing.T, c Cluste
 	const clients, workersPerClient, keys = 3, 2, 4
 	var clis []Client
 	for range clients {
-		cli := connect(t, h, c.Endpoints(), router.Hybrid)
+		cli := connect(t, h, c.Endpoints(), policy)
 		waitLeaderKnown(t, cli, c, leader)
 		clis = append(clis, cli)
 	}
 
 	hist := NewHistory()
+	var puts atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range clients * workersPerClient {
@@ -106,6 +112,7 @@ func testLinearizable(t *testing.T, h Harness, fault func(t *testing.T, c Cluste
 				octx, cancel := context.WithTimeout(ctx, opTimeout)
 				call := hist.Now()
 				if rng.IntN(2) == 0 {
+					puts.Add(1)
 					value := fmt.Sprintf("w%d-%d", w, n)
 					hist.Put(w, key, value, call, cli.Put(octx, key, value))
 				} else {
@@ -116,12 +123,40 @@ func testLinearizable(t *testing.T, h Harness, fault func(t *testing.T, c Cluste
 			}
 		})
 	}
-	Poll(t, 10*time.Second, "history under way", func() bool { return hist.Len() > 200 })
+	under := 200
+	if policy == HybridHedge {
+		// Hedging starts once each client has seen 100 reads (MinReads).
+		under = 1500
+	}
+	Poll(t, 10*time.Second, "history under way", func() bool { return hist.Len() > under })
+	// Every member session and connection is open by now: from here on,
+	// the members' write counts are the clients' puts alone.
+	puts0, served0 := puts.Load(), servedAll(t, c)
 	fault(t, c, leader)
 	at := hist.Len()
 	Poll(t, 20*time.Second, "history after the fault", func() bool { return hist.Len() > at+300 })
 	close(stop)
 	wg.Wait()
+	if policy == HybridHedge {
+		var hedges router.HedgeStats
+		for _, cli := range clis {
+			hedges.Sent += cli.Stats().Hedges.Sent
+			hedges.Won += cli.Stats().Hedges.Won
+		}
+		applied := uint64(0)
+		for _, d := range delta(servedAll(t, c), served0) {
+			applied += d.Writes
+		}
+		// Puts under way when the count began may land in it: one per worker.
+		issued := uint64(puts.Load()-puts0) + clients*workersPerClient
+		t.Logf("hedges: %d sent, %d won; members applied %d writes for at most %d puts", hedges.Sent, hedges.Won, applied, issued)
+		if hedges.Won == 0 {
+			t.Error("no hedged read won: the stalls did not exercise hedging")
+		}
+		if applied > issued {
+			t.Errorf("members applied %d writes, more than the %d puts issued: a write was sent twice", applied, issued)
+		}
+	}
 
 	res, longest := hist.Check(time.Minute)
 	t.Logf("%d operations (%d failed) from %d workers on %d clients: %s", hist.Len(), hist.Failed(), clients*workersPerClient, clients, res)
@@ -144,4 +179,20 @@ func leaderChangeFault(t *testing.T, c Cluster, leader int) {
 
 func degradedFault(t *testing.T, c Cluster, leader int) {
 	c.Degrade((leader+1)%3, 8*time.Millisecond, 2*time.Millisecond)
+}
+
+// stallFault freezes the same-zone follower (SIGSTOP) for 300 ms five
+// times, 300 ms apart: reads caught there are what hedges are for.
+func stallFault(t *testing.T, c Cluster, leader int) {
+	slow := (leader + 1) % 3
+	for range 5 {
+		if err := c.Pause(slow); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // the stall itself
+		if err := c.Resume(slow); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // fast between stalls
+	}
 }

@@ -2,9 +2,14 @@ package etcd
 
 import (
 	"context"
+	"slices"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/oproute/oproute/router"
 )
@@ -33,7 +38,7 @@ type rpcClass struct {
 //     sample.
 var rpcClasses = map[string]rpcClass{
 	// KV. A serializable Range and a read-only Txn are refined by
-	// classifyInterceptor, which sees the request.
+	// the unary interceptor (Client.unary), which sees the request.
 	"/etcdserverpb.KV/Range":       {op: router.LinearizableRead},
 	"/etcdserverpb.KV/RangeStream": {op: router.Stream}, // a streamed read, as long as the range is big
 	"/etcdserverpb.KV/Put":         {op: router.Write},
@@ -150,20 +155,92 @@ func TxnIsReadOnly(t *pb.TxnRequest) bool {
 
 type opKey struct{}
 
-// classifyInterceptor tags read-only Txns and serializable Ranges on the
-// context, which the picker cannot see: it gets the method, not the message.
-func classifyInterceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+// unary is the client's unary interceptor. It tags read-only Txns and
+// serializable Ranges on the context, which the picker cannot see (it gets
+// the method, not the message), and hedges reads when the router says so.
+func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	op := router.Write
 	switch r := req.(type) {
 	case *pb.RangeRequest:
+		op = router.LinearizableRead
 		if r.GetSerializable() {
-			ctx = context.WithValue(ctx, opKey{}, router.StaleRead)
+			op = router.StaleRead
+			ctx = context.WithValue(ctx, opKey{}, op)
 		}
 	case *pb.TxnRequest:
 		if TxnIsReadOnly(r) {
-			ctx = context.WithValue(ctx, opKey{}, router.LinearizableRead)
+			op = router.LinearizableRead
+			ctx = context.WithValue(ctx, opKey{}, op)
+		}
+	}
+	if op.IsRead() && c.router != nil && c.router.Hedging() {
+		if msg, ok := reply.(proto.Message); ok {
+			return c.hedge(ctx, op, method, req, msg, cc, invoker, opts)
 		}
 	}
 	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// hedge runs one read through router.Hedge. The hedge gets a reply of its
+// own, and its own copies of the output call options (clientv3 asks every
+// RPC for its peer): the first attempt may still be writing the caller's.
+// The winner's are what the caller sees.
+func (c *Client) hedge(ctx context.Context, op router.Op, method string, req any, reply proto.Message, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+	type answer struct {
+		reply   proto.Message
+		publish func() // copies the hedge's outputs to the caller's
+	}
+	// The type, now: once the race is on, the first attempt writes reply.
+	replyType := reply.ProtoReflect().Type()
+	won, err := router.Hedge(ctx, c.router, op, func(ctx context.Context, hedge bool) (answer, error) {
+		if !hedge {
+			return answer{reply: reply}, invoker(ctx, method, req, reply, cc, opts...)
+		}
+		out := replyType.New().Interface()
+		own, publish := privateOutputs(opts)
+		return answer{out, publish}, invoker(ctx, method, req, out, cc, own...)
+	}, answeredRead)
+	if won.publish != nil {
+		proto.Reset(reply)
+		proto.Merge(reply, won.reply)
+		won.publish()
+	}
+	return err
+}
+
+// privateOutputs returns opts with the options gRPC writes into after the
+// call (peer, header, trailer) pointing at fresh values, and a func that
+// copies those to the caller's.
+func privateOutputs(opts []grpc.CallOption) ([]grpc.CallOption, func()) {
+	own := slices.Clone(opts)
+	var copies []func()
+	for i, o := range own {
+		switch o := o.(type) {
+		case grpc.PeerCallOption:
+			p := new(peer.Peer)
+			own[i] = grpc.Peer(p)
+			copies = append(copies, func() { *o.PeerAddr = *p })
+		case grpc.HeaderCallOption:
+			md := new(metadata.MD)
+			own[i] = grpc.Header(md)
+			copies = append(copies, func() { *o.HeaderAddr = *md })
+		case grpc.TrailerCallOption:
+			md := new(metadata.MD)
+			own[i] = grpc.Trailer(md)
+			copies = append(copies, func() { *o.TrailerAddr = *md })
+		}
+	}
+	return own, func() {
+		for _, c := range copies {
+			c()
+		}
+	}
+}
+
+// answeredRead tells a read's answer (a result, or an error on the merits)
+// from a failure that another member might not have had.
+func answeredRead(err error) bool {
+	return err == nil || outcomeOf(context.Background(), balancer.DoneInfo{Err: err, BytesSent: true}) == router.AppError
 }
 
 // classify is the class of an RPC as the picker sees it: the one the

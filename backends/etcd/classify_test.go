@@ -2,12 +2,15 @@ package etcd
 
 import (
 	"context"
+	"net"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3election/v3electionpb"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 
 	"github.com/oproute/oproute/router"
 )
@@ -143,10 +146,10 @@ func TestLeaderBound(t *testing.T) {
 	}
 }
 
-// TestClassifyInterceptorRefinesReads checks what the picker sees: the
+// TestUnaryInterceptorRefinesReads checks what the picker sees: the
 // interceptor's refinement of serializable Ranges and read-only Txns, the
 // table otherwise.
-func TestClassifyInterceptorRefinesReads(t *testing.T) {
+func TestUnaryInterceptorRefinesReads(t *testing.T) {
 	get := &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("k")}}}
 	put := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("k")}}}
 	for _, tc := range []struct {
@@ -169,12 +172,38 @@ func TestClassifyInterceptorRefinesReads(t *testing.T) {
 				got = classify(ctx, method)
 				return nil
 			}
-			if err := classifyInterceptor(context.Background(), tc.method, tc.req, nil, nil, invoker); err != nil {
+			if err := (&Client{}).unary(context.Background(), tc.method, tc.req, nil, nil, invoker); err != nil {
 				t.Fatal(err)
 			}
 			if got != tc.want {
 				t.Errorf("classify = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestHedgeOutputsPrivate: a hedge's output call options (clientv3 asks
+// every RPC for its peer) are its own until it wins.
+func TestHedgeOutputsPrivate(t *testing.T) {
+	var p peer.Peer
+	var header metadata.MD
+	keep := grpc.WaitForReady(true)
+	opts := []grpc.CallOption{keep, grpc.Peer(&p), grpc.Header(&header)}
+	own, publish := privateOutputs(opts)
+	if len(own) != 3 || own[0] != keep {
+		t.Fatalf("options = %v", own)
+	}
+	ownPeer, ownHeader := own[1].(grpc.PeerCallOption).PeerAddr, own[2].(grpc.HeaderCallOption).HeaderAddr
+	if ownPeer == &p || ownHeader == &header {
+		t.Fatal("the hedge writes into the caller's peer or header")
+	}
+	ownPeer.Addr = &net.TCPAddr{Port: 2379}
+	*ownHeader = metadata.Pairs("k", "v")
+	if p.Addr != nil || header != nil {
+		t.Fatal("the caller's outputs changed before the hedge won")
+	}
+	publish()
+	if p.Addr == nil || header.Get("k")[0] != "v" {
+		t.Fatalf("after the win: peer %v, header %v", p, header)
 	}
 }

@@ -73,8 +73,8 @@ type Option func(*options)
 func WithPolicy(name string) Option { return func(o *options) { o.Policy = name } }
 
 // WithConnsPerMember sets how many gRPC connections are kept per member.
-// Default is pool.DefaultSize (3), whatever the policy, so that policies
-// compare on an equal budget.
+// Default is pool.DefaultSize (1, as stock clientv3 keeps), whatever the
+// policy, so that policies compare on an equal budget.
 func WithConnsPerMember(n int) Option { return func(o *options) { o.connsPerMember = n } }
 
 // WithZones places endpoints in zones and names the client's zone;
@@ -82,6 +82,24 @@ func WithConnsPerMember(n int) Option { return func(o *options) { o.connsPerMemb
 func WithZones(clientZone string, endpointZones map[string]string) Option {
 	return func(o *options) { o.ClientZone, o.Zones = clientZone, endpointZones }
 }
+
+// WithHedgedReads hedges reads (linearizable and serializable Ranges,
+// read-only Txns; never writes or streams) under the hybrid policy: a read
+// with no answer after about the pool's recent 99th-percentile read
+// latency goes to a second healthy member as well, and the first answer
+// wins (see router.HedgeConfig for the delay and the budget). With
+// h.Enabled every read is hedged unless its call opts out; without, only
+// calls that opt in (WithHedging).
+func WithHedgedReads(h router.HedgeConfig) Option { return func(o *options) { o.Hedge = &h } }
+
+// WithHedging makes the reads under ctx hedged (on) or not (off), whatever
+// the client's default; the client needs WithHedgedReads.
+func WithHedging(ctx context.Context, on bool) context.Context { return router.WithHedging(ctx, on) }
+
+// WithLoadAwareReads makes the hybrid policy choose each read's member in
+// the read pool by power of two choices over read latency × reads in
+// flight, instead of round robin (router.Config.LoadAware).
+func WithLoadAwareReads() Option { return func(o *options) { o.LoadAware = true } }
 
 // WithRouterConfig lets the caller adjust the router's parameters (probe
 // interval, ejection ratio, …) after the defaults are set. Members and
@@ -177,7 +195,7 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 	cfg.DialOptions = append(slices.Clone(cfg.DialOptions),
 		grpc.WithDisableServiceConfig(),
 		grpc.WithDefaultServiceConfig(fmt.Sprintf(`{"loadBalancingConfig":[{%q:{"router":%q}}]}`, balancerName, c.id)),
-		grpc.WithChainUnaryInterceptor(classifyInterceptor),
+		grpc.WithChainUnaryInterceptor(c.unary),
 		grpc.WithChainStreamInterceptor(c.streams.intercept),
 	)
 	cli, err := clientv3.New(cfg)

@@ -152,6 +152,25 @@ func WithZones(clientZone string, serverZones map[string]string) Option {
 	return func(o *options) { o.ClientZone, o.Zones = clientZone, serverZones }
 }
 
+// WithHedgedReads hedges reads (Get, Exists, Children, GetACL; never
+// writes, watch-setting reads, Sync, or reads under WithQuorumReads, whose
+// hedge would be a second proposal) under the hybrid policy: a read with
+// no answer after about the pool's recent 99th-percentile read latency is
+// sent on a second healthy server's session as well (sync and read), and
+// the first answer wins (see router.HedgeConfig for the delay and the
+// budget). With h.Enabled every read is hedged unless its call opts out;
+// without, only calls that opt in (WithHedging).
+func WithHedgedReads(h router.HedgeConfig) Option { return func(o *options) { o.Hedge = &h } }
+
+// WithHedging makes the reads under ctx hedged (on) or not (off), whatever
+// the Conn's default; the Conn needs WithHedgedReads.
+func WithHedging(ctx context.Context, on bool) context.Context { return router.WithHedging(ctx, on) }
+
+// WithLoadAwareReads makes the hybrid policy choose each read's server in
+// the read pool by power of two choices over read latency × reads in
+// flight, instead of round robin (router.Config.LoadAware).
+func WithLoadAwareReads() Option { return func(o *options) { o.LoadAware = true } }
+
 // WithRouterConfig adjusts the router's configuration (intervals, ejection
 // thresholds, seed…) before it starts. Members and Prober are the Conn's.
 func WithRouterConfig(tune func(*router.Config)) Option { return func(o *options) { o.Tune = tune } }
@@ -585,13 +604,16 @@ var quorumCheck = &zk.CheckVersionRequest{Path: "/", Version: -1}
 // same session, which ZooKeeper orders after the sync, so the server has
 // caught up with the leader as of the sync; under WithQuorumReads the sync
 // is a quorum operation instead. A read that failed in transport (its
-// server went away) is tried once more elsewhere.
+// server went away) is tried once more elsewhere. Under WithHedgedReads a
+// read still unanswered after the hedge delay is sent, sync and all, on
+// another server's session too, and the first answer wins.
 func read[T any](c *Conn, ctx context.Context, path string, fn func(*zk.Conn) (T, error)) (T, error) {
-	if c.o.stale && ctx.Value(linearizableKey{}) == nil {
-		return route(c, ctx, router.StaleRead, 2, nil, fn)
-	}
-	if c.o.quorum {
-		return route(c, ctx, router.LinearizableRead, 2, nil, func(z *zk.Conn) (T, error) {
+	op, call := router.LinearizableRead, fn
+	switch {
+	case c.o.stale && ctx.Value(linearizableKey{}) == nil:
+		op = router.StaleRead
+	case c.o.quorum:
+		call = func(z *zk.Conn) (T, error) {
 			// An answer on the merits (a root ACL without read access) was
 			// committed all the same; only a failed round trip stops the read.
 			if _, err := z.Multi(quorumCheck); err != nil && outcomeOf(context.Background(), err) != router.AppError {
@@ -599,15 +621,43 @@ func read[T any](c *Conn, ctx context.Context, path string, fn func(*zk.Conn) (T
 				return zero, err
 			}
 			return fn(z)
-		})
-	}
-	return route(c, ctx, router.LinearizableRead, 2, nil, func(z *zk.Conn) (T, error) {
-		if _, err := z.Sync(path); err != nil && err != zk.ErrNoNode {
-			var zero T
-			return zero, err
 		}
-		return fn(z)
-	})
+	default:
+		call = func(z *zk.Conn) (T, error) {
+			if _, err := z.Sync(path); err != nil && err != zk.ErrNoNode {
+				var zero T
+				return zero, err
+			}
+			return fn(z)
+		}
+	}
+	if !c.r.Hedging() || c.o.quorum {
+		// Under WithQuorumReads a hedge would be a second proposal
+		// through the leader: not a read's cost.
+		return route(c, ctx, op, 2, nil, call)
+	}
+	return router.Hedge(ctx, c.r, op, func(ctx context.Context, hedge bool) (T, error) {
+		attempts := 2
+		if hedge {
+			attempts = 1 // the first attempt still has its own retry
+		}
+		return route(c, ctx, op, attempts, nil, call)
+	}, answered)
+}
+
+// answered tells a read's answer (a result, or an error on the merits such
+// as ErrNoNode) from a failure another server might not have had.
+func answered(err error) bool {
+	return err == nil || outcomeOf(context.Background(), err) == router.AppError
+}
+
+// noHedge marks a read that sets a watch: the watch lives on the session
+// that served it, so the read must run on one session only.
+func (c *Conn) noHedge(ctx context.Context) context.Context {
+	if !c.r.Hedging() {
+		return ctx
+	}
+	return router.WithHedging(ctx, false)
 }
 
 // write routes a write. A session-bound write (an ephemeral create) goes on
