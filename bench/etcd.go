@@ -21,6 +21,8 @@ import (
 type Etcd struct {
 	// MemberCPU confines each test-bed member to this many cores (0: none).
 	MemberCPU float64
+	// MemberCPUs gives each member its own budget instead, in member order.
+	MemberCPUs []float64
 }
 
 // Name implements Backend.
@@ -28,7 +30,7 @@ func (Etcd) Name() string { return "etcd" }
 
 // Start implements Backend: a test-bed cluster.
 func (e Etcd) Start(ctx context.Context, topo testbed.Topology) (Cluster, error) {
-	tb, err := testbed.StartEtcd(ctx, testbed.EtcdOptions{Topology: topo, MemberCPU: e.MemberCPU})
+	tb, err := testbed.StartEtcd(ctx, testbed.EtcdOptions{Topology: topo, MemberCPU: e.MemberCPU, MemberCPUs: e.MemberCPUs})
 	if err != nil {
 		return nil, err
 	}
@@ -181,6 +183,11 @@ func (c *etcdCluster) Connect(ctx context.Context, policy string, conns int) (Cl
 		return sc, nil
 	}
 	opts := []etcd.Option{etcd.WithPolicy(routedPolicy(policy)), etcd.WithConnsPerMember(conns)}
+	if v := variantOf(policy); v.hedge != nil {
+		opts = append(opts, etcd.WithHedgedReads(*v.hedge))
+	} else if v.loadAware {
+		opts = append(opts, etcd.WithLoadAwareReads())
+	}
 	if c.clientZone != "" {
 		zones := map[string]string{}
 		for i, ep := range c.endpoints {

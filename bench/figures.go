@@ -34,6 +34,10 @@ func WriteFigures(dir string, comps []*Comparison) error {
 			err = metricBars(filepath.Join(dir, "fig5_degraded.png"), "Degraded same-zone follower (paper Fig. 5)", cs[0], []Metric{ReadP50, ReadP99, WriteP50, WriteP99})
 		case ScenarioLoadSweep:
 			err = sweepLines(filepath.Join(dir, "fig6_load_sweep.png"), "5 members: write P50 by workers (paper Fig. 6)", cs, WriteP50)
+		case ScenarioTail, ScenarioZKTail:
+			err = metricBars(filepath.Join(dir, "fig_"+strings.ReplaceAll(name, "-", "_")+".png"), name+": a follower freezing 100–300 ms about once a second", cs[0], []Metric{ReadP50, ReadP99, ReadP999})
+		case ScenarioUneven:
+			err = metricBars(filepath.Join(dir, "fig_uneven.png"), "uneven: members of 0.6 / 0.2 / 0.6 cores", cs[0], []Metric{ReadP50, ReadP99, WriteP50, WriteP99})
 		case ScenarioFailover:
 			continue
 		default:

@@ -21,9 +21,11 @@ type writePin struct {
 }
 
 // routedPolicy is the router policy a client runs for policy: the
-// comparators route their reads like hybrid.
+// comparators route their reads like hybrid, and hybrid's variants are
+// hybrid.
 func routedPolicy(policy string) string {
-	if policy == Oracle || policy == StaticLeader {
+	switch policy {
+	case Oracle, StaticLeader, HybridHedge, HybridP2C:
 		return router.Hybrid
 	}
 	return policy

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -108,4 +109,47 @@ func writeCSV(path string, results []Result) error {
 		return fmt.Errorf("bench: %w", err)
 	}
 	return f.Close()
+}
+
+// LoadComparisons rebuilds the comparisons of a results.json that
+// WriteFiles wrote, with the metrics and notes the scenarios have now: the
+// tables and figures can be redrawn without running anything again.
+// Policies keep the file's order (the run's); the baseline is the
+// scenario's when it ran, else the first policy.
+func LoadComparisons(path string) ([]*Comparison, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	var results []Result
+	if err := json.Unmarshal(data, &results); err != nil {
+		return nil, fmt.Errorf("bench: %s: %w", path, err)
+	}
+	defs := scenarioDefs()
+	var comps []*Comparison
+	byKey := map[[2]string]*Comparison{}
+	for _, r := range results {
+		key := [2]string{r.Scenario, r.Variant}
+		c := byKey[key]
+		if c == nil {
+			def, ok := defs[r.Scenario]
+			if !ok {
+				return nil, fmt.Errorf("%w: %q in %s", ErrUnknownScenario, r.Scenario, path)
+			}
+			c = &Comparison{Scenario: r.Scenario, Variant: r.Variant, Section: def.section, Baseline: def.baseline,
+				Metrics: def.metrics(len(r.ReadsByMember)), Trials: map[string][]Result{}, Notes: def.notes}
+			byKey[key] = c
+			comps = append(comps, c)
+		}
+		if _, seen := c.Trials[r.Policy]; !seen {
+			c.Policies = append(c.Policies, r.Policy)
+		}
+		c.Trials[r.Policy] = append(c.Trials[r.Policy], r)
+	}
+	for _, c := range comps {
+		if !slices.Contains(c.Policies, c.Baseline) {
+			c.Baseline = c.Policies[0]
+		}
+	}
+	return comps, nil
 }

@@ -33,6 +33,10 @@ type Result struct {
 	Reads         int64   `json:"reads"`
 	Writes        int64   `json:"writes"`
 	Errors        int64   `json:"errors"`
+	// HedgedReads counts the extra copies of reads hedging sent, and
+	// HedgesWon those whose answer came first.
+	HedgedReads int64 `json:"hedged_reads,omitempty"`
+	HedgesWon   int64 `json:"hedges_won,omitempty"`
 
 	// Router side: operations the client sent to each member.
 	ReadsByMember  []uint64 `json:"reads_by_member"`
@@ -227,6 +231,8 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 			r.ServerWritesByMember = append(r.ServerWritesByMember, servedAfter[i].Writes-servedBefore[i].Writes)
 		}
 	}
+	r.HedgedReads = int64(statsAfter.Hedges.Sent - statsBefore.Hedges.Sent)
+	r.HedgesWon = int64(statsAfter.Hedges.Won - statsBefore.Hedges.Won)
 	r.ClientCPU = (cpuAfter - cpuBefore).Seconds() / elapsed.Seconds()
 	r.ServerCPU = (srvAfter - srvBefore).Seconds() / elapsed.Seconds()
 	r.LeaderChanged = leaderBefore != leaderAfter || statsAfter.LeaderChanges != statsBefore.LeaderChanges

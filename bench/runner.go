@@ -55,7 +55,7 @@ type Runner struct {
 }
 
 type clusterKey struct {
-	backend string
+	backend string // the Backend's value: its options make another cluster
 	nodes   int
 }
 
@@ -125,6 +125,11 @@ func (r *Runner) plan(name string) (plannedScenario, error) {
 	}
 	if def.fixedNodes {
 		ps.nodes = def.nodes
+	}
+	if def.memberCPUs != nil && len(r.opts.Endpoints) == 0 {
+		if e, ok := ps.backend.(Etcd); ok && e.MemberCPU == 0 && e.MemberCPUs == nil {
+			ps.backend = Etcd{MemberCPUs: def.memberCPUs}
+		}
 	}
 	if r.opts.Topology != nil {
 		ps.nodes = len(r.opts.Topology.Zones)
@@ -209,6 +214,9 @@ func (r *Runner) Run(ctx context.Context, names ...string) ([]*Comparison, error
 	var out []*Comparison
 	for _, ps := range plans {
 		comps, err := r.runScenario(ctx, ps)
+		if ps.def.memberCPUs != nil {
+			r.closeCluster(ps.backend, ps.nodes) // its own: not needed again
+		}
 		out = append(out, comps...)
 		if err != nil {
 			return out, fmt.Errorf("scenario %s: %w", ps.def.name, err)
@@ -221,7 +229,7 @@ func (r *Runner) Run(ctx context.Context, names ...string) ([]*Comparison, error
 var builtinBackends = map[string]Backend{"etcd": Etcd{}, "zk": ZooKeeper{}}
 
 func (r *Runner) cluster(ctx context.Context, be Backend, nodes int) (Cluster, error) {
-	key := clusterKey{be.Name(), nodes}
+	key := clusterKey{fmt.Sprintf("%#v", be), nodes}
 	if c := r.clusters[key]; c != nil {
 		return c, nil
 	}
@@ -242,6 +250,15 @@ func (r *Runner) cluster(ctx context.Context, be Backend, nodes int) (Cluster, e
 	}
 	r.clusters[key] = c
 	return c, nil
+}
+
+// closeCluster stops the cluster of be and nodes if one runs.
+func (r *Runner) closeCluster(be Backend, nodes int) {
+	key := clusterKey{fmt.Sprintf("%#v", be), nodes}
+	if c := r.clusters[key]; c != nil {
+		c.Close()
+		delete(r.clusters, key)
+	}
 }
 
 func (r *Runner) topologyLeader() int {

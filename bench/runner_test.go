@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -184,8 +186,51 @@ func TestPlanBackends(t *testing.T) {
 	if _, err := zr.plan(ScenarioQuick); !errors.Is(err, ErrNoRanges) {
 		t.Fatalf("--range-size 10 on zk: %v, want ErrNoRanges", err)
 	}
+	// uneven brings its own cluster of unequal members unless
+	// --member-cpu says otherwise; zk-tail runs on zk whatever --backend.
+	if ps, err = zr.plan(ScenarioUneven); err != nil || !reflect.DeepEqual(ps.backend, Etcd{MemberCPUs: []float64{0.6, 0.2, 0.6}}) {
+		t.Fatalf("uneven with --backend zk: backend %#v, %v", ps.backend, err)
+	}
+	ur, _ := NewRunner(Options{Backend: Etcd{MemberCPU: 0.4}, Workload: DefaultWorkload()})
+	if ps, _ = ur.plan(ScenarioUneven); !reflect.DeepEqual(ps.backend, Etcd{MemberCPU: 0.4}) {
+		t.Fatalf("uneven with --member-cpu 0.4: backend %#v", ps.backend)
+	}
+	if ps, _ = r.plan(ScenarioZKTail); ps.backend.Name() != "zk" {
+		t.Fatalf("zk-tail ran on %s", ps.backend.Name())
+	}
+	if fmt.Sprintf("%#v", Etcd{}) == fmt.Sprintf("%#v", Etcd{MemberCPUs: []float64{0.6, 0.2, 0.6}}) {
+		t.Fatal("clusters of unequal members share the default cluster's key")
+	}
 	er, _ := NewRunner(Options{Backend: Etcd{}, Workload: DefaultWorkload(), Endpoints: []string{"127.0.0.1:2379"}})
 	if _, err := er.plan(ScenarioZKHealthy); err == nil {
 		t.Fatal("zk-healthy against given etcd endpoints planned")
+	}
+}
+
+// TestReplotRoundTrip: tables redrawn from results.json match the run's.
+func TestReplotRoundTrip(t *testing.T) {
+	def := scenarioDefs()[ScenarioTail]
+	c := &Comparison{Scenario: ScenarioTail, Variant: "80/20", Baseline: router.Hybrid, Policies: []string{router.Hybrid, HybridHedge},
+		Metrics: def.metrics(3), Notes: def.notes, Trials: map[string][]Result{}}
+	for k := range 2 {
+		for i, p := range c.Policies {
+			c.Trials[p] = append(c.Trials[p], Result{Scenario: ScenarioTail, Variant: "80/20", Policy: p, Trial: k + 1,
+				ReadP50ms: float64(5 + i + k), ReadP999ms: float64(200 - 100*i + k), Reads: 1000, HedgedReads: int64(30 * i),
+				ThroughputOps: 1000, ReadsByMember: []uint64{400, 300, 300}})
+		}
+	}
+	dir := t.TempDir()
+	if err := WriteFiles(dir, []*Comparison{c}, "header"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadComparisons(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Markdown() != c.Markdown() {
+		t.Fatalf("redrawn:\n%s\nwant:\n%s", Markdown(got), c.Markdown())
+	}
+	if !strings.Contains(c.Markdown(), "| Extra reads (%) | 0.00 ± 0.00 | 3.00 ± 0.00 |") {
+		t.Errorf("extra reads row missing:\n%s", c.Markdown())
 	}
 }

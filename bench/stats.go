@@ -66,6 +66,7 @@ type Metric struct {
 var (
 	ReadP50    = Metric{Name: "Read P50 (ms)", Decimals: 2, Get: func(r Result) float64 { return r.ReadP50ms }}
 	ReadP99    = Metric{Name: "Read P99 (ms)", Decimals: 2, Get: func(r Result) float64 { return r.ReadP99ms }}
+	ReadP999   = Metric{Name: "Read P99.9 (ms)", Decimals: 2, Get: func(r Result) float64 { return r.ReadP999ms }}
 	WriteP50   = Metric{Name: "Write P50 (ms)", Decimals: 2, Get: func(r Result) float64 { return r.WriteP50ms }}
 	WriteP99   = Metric{Name: "Write P99 (ms)", Decimals: 2, Get: func(r Result) float64 { return r.WriteP99ms }}
 	Throughput = Metric{Name: "Tput (ops/s)", Decimals: 0, Get: func(r Result) float64 { return r.ThroughputOps }}
@@ -77,6 +78,14 @@ var (
 	ClientCPUPerOp = Metric{Name: "Client CPU (µs/op)", Decimals: 1, Get: func(r Result) float64 { return perOp(r.ClientCPU, r.ThroughputOps) }}
 	ServerCPUPerOp = Metric{Name: "Server CPU (µs/op)", Decimals: 1, Get: func(r Result) float64 { return perOp(r.ServerCPU, r.ThroughputOps) }}
 )
+
+// ExtraReads is the hedges sent as a percentage of the reads done.
+var ExtraReads = Metric{Name: "Extra reads (%)", Decimals: 2, Share: true, Get: func(r Result) float64 {
+	if r.Reads == 0 {
+		return math.NaN()
+	}
+	return 100 * float64(r.HedgedReads) / float64(r.Reads)
+}}
 
 func perOp(cores, opsPerSecond float64) float64 {
 	if opsPerSecond <= 0 {

@@ -41,6 +41,18 @@ type EtcdOptions struct {
 	// them unconfined, sharing the host's cores. StartEtcd fails with
 	// ErrNoCPULimit where cgroups cannot be written.
 	MemberCPU float64
+	// MemberCPUs gives each member its own budget instead, in member order
+	// (a member beyond its end, or with 0, gets MemberCPU): members of
+	// unequal capacity, as on machines of different sizes.
+	MemberCPUs []float64
+}
+
+// cpuOf is member i's budget, 0 when unconfined.
+func (o EtcdOptions) cpuOf(i int) float64 {
+	if i < len(o.MemberCPUs) && o.MemberCPUs[i] > 0 {
+		return o.MemberCPUs[i]
+	}
+	return o.MemberCPU
 }
 
 // EtcdCluster is a running test-bed etcd cluster.
@@ -57,7 +69,7 @@ type EtcdCluster struct {
 	cluster // network, fault knobs
 
 	memberCPU float64
-	limits    []*cpuLimit // per member, nil when unconfined
+	limits    []*cpuLimit // per member; an unconfined member's is nil
 
 	mu     sync.Mutex
 	admins map[int]*clientv3.Client
@@ -110,10 +122,10 @@ func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 	if c.bin, err = memberBinary(ctx, c.dir); err != nil {
 		return nil, err
 	}
-	if opts.MemberCPU > 0 {
-		c.limits = make([]*cpuLimit, len(c.topo.Zones))
-		for i := range c.limits {
-			if c.limits[i], err = newCPULimit(fmt.Sprintf("oproute-%s-m%d", c.token, i), opts.MemberCPU); err != nil {
+	c.limits = make([]*cpuLimit, len(c.topo.Zones))
+	for i := range c.limits {
+		if cores := opts.cpuOf(i); cores > 0 {
+			if c.limits[i], err = newCPULimit(fmt.Sprintf("oproute-%s-m%d", c.token, i), cores); err != nil {
 				return nil, err
 			}
 		}
@@ -200,8 +212,8 @@ func (c *EtcdCluster) launch(m *EtcdMember) error {
 		if err != nil {
 			return fmt.Errorf("testbed: start %s: %w", m.Name, err)
 		}
-		if c.limits != nil {
-			if err := c.limits[m.Index].add(cmd.Process.Pid); err != nil {
+		if l := c.limits[m.Index]; l != nil {
+			if err := l.add(cmd.Process.Pid); err != nil {
 				p.stop()
 				return err
 			}
@@ -223,7 +235,8 @@ func (c *EtcdCluster) waitReady(ctx context.Context, m *EtcdMember) error {
 	return awaitReady(ctx, p, m.Name, c.logPath(m))
 }
 
-// MemberCPU returns the cores each member is confined to, 0 when unconfined.
+// MemberCPU returns the cores each member is confined to (MemberCPU, which
+// members added later get too), 0 when unconfined.
 func (c *EtcdCluster) MemberCPU() float64 { return c.memberCPU }
 
 // Size returns the number of members.
@@ -473,13 +486,13 @@ func (c *EtcdCluster) AddMember(ctx context.Context, zone string) (int, error) {
 		}
 	}
 	m.spec.InitialCluster = strings.Join(initial, ",")
-	if c.limits != nil {
-		l, err := newCPULimit(fmt.Sprintf("oproute-%s-m%d", c.token, i), c.memberCPU)
-		if err != nil {
+	var l *cpuLimit
+	if c.memberCPU > 0 {
+		if l, err = newCPULimit(fmt.Sprintf("oproute-%s-m%d", c.token, i), c.memberCPU); err != nil {
 			return -1, err
 		}
-		c.limits = append(c.limits, l)
 	}
+	c.limits = append(c.limits, l)
 	c.members = append(c.members, m)
 	c.topo.Zones = append(c.topo.Zones, zone)
 	c.grow(&m.server, i, zone, strconv.FormatUint(resp.Member.ID, 16))

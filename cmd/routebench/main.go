@@ -13,10 +13,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -50,12 +53,13 @@ func run() error {
 	fs.IntVar(&w.ConnsPerMember, "conns", w.ConnsPerMember, "connections per member, the same for every policy")
 	fs.Uint64Var(&w.Seed, "seed", w.Seed, "seed of the key choices")
 	backend := fs.String("backend", "etcd", "store: etcd or zk (ZooKeeper from Debian's zookeeper package); the zk-* scenarios always run on zk")
-	memberCPU := fs.Float64("member-cpu", 0, "cores each test-bed member may use (cgroup quota), as if on its own machine; 0: share the host's")
+	memberCPU := fs.String("member-cpu", "", "cores each test-bed etcd member may use (cgroup quota), as if on its own machine: one value for all, or one per member (0.6,0.2,0.6); none: share the host's")
 	nodes := fs.Int("nodes", 3, "members, for scenarios without a fixed size (3 or 5)")
 	topoFile := fs.String("topology", "", "JSON topology file (zones, one-way delays), replacing the default")
 	endpoints := fs.String("endpoints", "", "comma-separated endpoints of an existing cluster instead of the test bed (no fault injection)")
 	out := fs.String("out", "", "directory for tables.md, results.json, results.csv and PNG figures")
 	cpuProfile := fs.String("cpuprofile", "", "write the client process's CPU profile here")
+	replot := fs.String("replot", "", "redraw DIR/tables.md and DIR's figures from DIR/results.json (a previous --out), running nothing")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: routebench [flags]\n\nScenarios:\n%s\nFlags:\n", bench.Describe())
 		fs.PrintDefaults()
@@ -68,6 +72,9 @@ func run() error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *replot != "" {
+		return replotDir(*replot)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -86,9 +93,17 @@ func run() error {
 	var be bench.Backend
 	switch *backend {
 	case "etcd":
-		be = bench.Etcd{MemberCPU: *memberCPU}
+		cpus, err := parseCores(*memberCPU)
+		if err != nil {
+			return err
+		}
+		if len(cpus) == 1 {
+			be = bench.Etcd{MemberCPU: cpus[0]}
+		} else {
+			be = bench.Etcd{MemberCPUs: cpus}
+		}
 	case "zk":
-		if *memberCPU != 0 {
+		if *memberCPU != "" {
 			return fmt.Errorf("--member-cpu is for etcd members only")
 		}
 		be = bench.ZooKeeper{}
@@ -170,4 +185,36 @@ func headerText(opts bench.Options, scenario string) string {
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "routebench: "+format+"\n", args...)
+}
+
+// parseCores reads --member-cpu: empty, one value, or one per member.
+func parseCores(s string) ([]float64, error) {
+	if s == "" {
+		return []float64{0}, nil
+	}
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || v < 0 || v > 64 || math.IsNaN(v) {
+			return nil, fmt.Errorf("--member-cpu %q: want cores per member, e.g. 0.4 or 0.6,0.2,0.6", s)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// replotDir redraws a previous --out directory from its results.json,
+// keeping the header its tables.md had.
+func replotDir(dir string) error {
+	comps, err := bench.LoadComparisons(filepath.Join(dir, "results.json"))
+	if err != nil {
+		return err
+	}
+	header := ""
+	if old, err := os.ReadFile(filepath.Join(dir, "tables.md")); err == nil {
+		if i := strings.Index(string(old), "\n#### "); i >= 0 {
+			header = string(old[:i])
+		}
+	}
+	return bench.WriteFiles(dir, comps, header)
 }
