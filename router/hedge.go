@@ -173,7 +173,8 @@ func (h *hedger) earn(milli int64) {
 	}
 }
 
-// spend takes one token for a hedge, if more than half the bucket is left.
+// spend takes one token for a hedge, if at least half the bucket remains
+// after it.
 func (h *hedger) spend() bool {
 	half := int64(h.cfg.MaxTokens * 500)
 	for {

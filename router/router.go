@@ -653,9 +653,10 @@ func (r *Router) rotate(set []int) int {
 // fromPool spreads reads and streams over the read pool, giving each
 // ejected member its probe share of reads so that a recovery shows in its
 // estimate (probing). A stream, which stays where it starts, never goes to
-// an ejected member.
+// an ejected member; nor does a stale read that has pool members in the
+// client's zone, which it stays in (linearizable reads give the evidence).
 func (r *Router) fromPool(s *snapshot, op Op) (idx int, probing bool) {
-	if len(s.ejected) > 0 && op != Stream {
+	if len(s.ejected) > 0 && op != Stream && (op != StaleRead || len(s.local) == 0) {
 		share := r.cfg.ProbeShare * float64(len(s.ejected))
 		if u := r.uniform(); u < share {
 			return s.ejected[int(u/r.cfg.ProbeShare)%len(s.ejected)], true

@@ -514,6 +514,16 @@ func TestStaleReadsPreferClientZone(t *testing.T) {
 	if c := tr.run(t, 99, LinearizableRead, flat(time.Millisecond)); c["m2"] != 33 {
 		t.Fatalf("linearizable reads = %v, want all zones", c)
 	}
+	// An ejected member in another zone gets its probe share of
+	// linearizable reads, never of stale ones, which stay in the zone.
+	tr.run(t, 300, LinearizableRead, slowMember("m2", 20*time.Millisecond, time.Millisecond))
+	tr.probeRound()
+	if !tr.Stats().Members[2].Ejected {
+		t.Fatal("m2 not ejected")
+	}
+	if c := tr.run(t, 5000, StaleRead, flat(time.Millisecond)); c["m2"] != 0 {
+		t.Fatalf("stale reads = %v with m2 ejected, want zone a only", c)
+	}
 }
 
 func TestOverrides(t *testing.T) {
