@@ -25,34 +25,16 @@ const (
 	// worker keeping one: what etcd's benchmark tool does, and what apps
 	// that give each process one endpoint do (etcd only).
 	Pinned = "pinned"
-	// HybridHedge is hybrid with every read hedged (router.HedgeConfig's
-	// defaults).
-	HybridHedge = "hybrid+hedge"
-	// HybridP2C is hybrid choosing within the read pool by power of two
-	// choices over latency × reads in flight (router.Config.LoadAware).
-	HybridP2C = "hybrid+p2c"
+	// HybridHedge and HybridP2C are hybrid with every read hedged, and
+	// with load-aware choice in the read pool: router policy names.
+	HybridHedge = router.HybridHedge
+	HybridP2C   = router.HybridP2C
 )
 
 // Comparators returns the policies routebench compares besides the
 // router's own.
 func Comparators() []string {
 	return []string{Stock, Pinned, Oracle, StaticLeader, HybridHedge, HybridP2C}
-}
-
-// hybridVariant is what a variant of hybrid adds to it.
-type hybridVariant struct {
-	hedge     *router.HedgeConfig
-	loadAware bool
-}
-
-func variantOf(policy string) hybridVariant {
-	switch policy {
-	case HybridHedge:
-		return hybridVariant{hedge: &router.HedgeConfig{Enabled: true}}
-	case HybridP2C:
-		return hybridVariant{loadAware: true}
-	}
-	return hybridVariant{}
 }
 
 // stockPolicy reports whether policy runs a client without oproute.

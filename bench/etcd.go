@@ -183,11 +183,6 @@ func (c *etcdCluster) Connect(ctx context.Context, policy string, conns int) (Cl
 		return sc, nil
 	}
 	opts := []etcd.Option{etcd.WithPolicy(routedPolicy(policy)), etcd.WithConnsPerMember(conns)}
-	if v := variantOf(policy); v.hedge != nil {
-		opts = append(opts, etcd.WithHedgedReads(*v.hedge))
-	} else if v.loadAware {
-		opts = append(opts, etcd.WithLoadAwareReads())
-	}
 	if c.clientZone != "" {
 		zones := map[string]string{}
 		for i, ep := range c.endpoints {

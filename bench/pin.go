@@ -21,11 +21,10 @@ type writePin struct {
 }
 
 // routedPolicy is the router policy a client runs for policy: the
-// comparators route their reads like hybrid, and hybrid's variants are
-// hybrid.
+// comparators route their reads like hybrid.
 func routedPolicy(policy string) string {
 	switch policy {
-	case Oracle, StaticLeader, HybridHedge, HybridP2C:
+	case Oracle, StaticLeader:
 		return router.Hybrid
 	}
 	return policy

@@ -189,11 +189,6 @@ func (c *zkCluster) Connect(ctx context.Context, policy string, _ int) (Client, 
 		return nil, fmt.Errorf("bench: %s is an etcd baseline (ZooKeeper's stock client is sticky)", policy)
 	}
 	opts := []ozk.Option{ozk.WithPolicy(routedPolicy(policy)), ozk.WithConnectTimeout(10 * time.Second), ozk.WithLogger(quietLogger{})}
-	if v := variantOf(policy); v.hedge != nil {
-		opts = append(opts, ozk.WithHedgedReads(*v.hedge))
-	} else if v.loadAware {
-		opts = append(opts, ozk.WithLoadAwareReads())
-	}
 	if c.clientZone != "" {
 		zones := map[string]string{}
 		for i, ep := range c.endpoints {

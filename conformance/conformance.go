@@ -28,21 +28,17 @@ type Harness interface {
 	// harness closes it when t ends.
 	NewCluster(t *testing.T, size int) Cluster
 	// Connect returns a routed client of endpoints with the named policy:
-	// one of router.Policies(), or HybridHedge or HybridP2C. It must fail,
+	// one of router.Policies(), router.HybridHedge or router.HybridP2C
+	// (passed on as the backend's policy). It must fail,
 	// not hang, when no endpoint is reachable; connecting may wait up to
 	// ConnectTimeout for that.
 	Connect(endpoints []string, policy string) (Client, error)
 }
 
-// Hybrid's variants, which Harness.Connect must accept besides the
-// router's policies.
+// Hybrid's variants, which Harness.Connect gets as policy names.
 const (
-	// HybridHedge is hybrid with every read hedged at the defaults of
-	// router.HedgeConfig (the backends' WithHedgedReads with Enabled).
-	HybridHedge = "hybrid+hedge"
-	// HybridP2C is hybrid choosing within the read pool by power of two
-	// choices (the backends' WithLoadAwareReads).
-	HybridP2C = "hybrid+p2c"
+	HybridHedge = router.HybridHedge
+	HybridP2C   = router.HybridP2C
 )
 
 // ConnectTimeout bounds Harness.Connect's wait for a reachable member.

@@ -17,6 +17,14 @@ const (
 	Hybrid     = "hybrid"
 )
 
+// Hybrid's variants, each hybrid with one option on: every read hedged
+// (Hedge with its defaults and Enabled, unless Hedge is set), or
+// LoadAware. Config.Policy takes them; the router runs Hybrid.
+const (
+	HybridHedge = "hybrid+hedge"
+	HybridP2C   = "hybrid+p2c"
+)
+
 // Policies lists every policy name, the default first.
 func Policies() []string { return []string{Hybrid, RoundRobin, LeaderOnly, Sticky, Boltzmann} }
 
@@ -27,7 +35,8 @@ type Config struct {
 	// Prober asks a member who the leader is. Without one the leader stays
 	// unknown and writes always fall back to round robin.
 	Prober Prober
-	// Policy is one of Policies(). Default is Hybrid.
+	// Policy is one of Policies(), or a variant of hybrid: HybridHedge or
+	// HybridP2C. Default is Hybrid.
 	Policy string
 
 	// ProbeInterval is how often every member is probed. Default is
@@ -153,8 +162,16 @@ type Config struct {
 const DefaultProbeInterval = 250 * time.Millisecond
 
 func (c *Config) setDefaults() {
-	if c.Policy == "" {
+	switch c.Policy {
+	case "":
 		c.Policy = Hybrid
+	case HybridHedge:
+		c.Policy = Hybrid
+		if c.Hedge == nil {
+			c.Hedge = &HedgeConfig{Enabled: true}
+		}
+	case HybridP2C:
+		c.Policy, c.LoadAware = Hybrid, true
 	}
 	if c.ProbeInterval == 0 {
 		c.ProbeInterval = DefaultProbeInterval

@@ -441,6 +441,26 @@ func TestHedgeAndLoadAwareConfig(t *testing.T) {
 	}
 }
 
+func TestVariantPolicyNames(t *testing.T) {
+	for _, c := range []struct {
+		policy            string
+		hedged, loadAware bool
+	}{{HybridHedge, true, false}, {HybridP2C, false, true}, {Hybrid, false, false}} {
+		r, err := New(Config{Members: members(3), Policy: c.policy, ProbeInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, _ := r.HedgeDelay(context.Background(), LinearizableRead)
+		if r.Policy() != Hybrid || r.Hedging() != c.hedged || r.cfg.LoadAware != c.loadAware || d != 0 {
+			t.Errorf("%s: policy %s, hedging %v, load-aware %v", c.policy, r.Policy(), r.Hedging(), r.cfg.LoadAware)
+		}
+		if c.hedged && !r.hedge.cfg.Enabled {
+			t.Errorf("%s: hedging not on for every read", c.policy)
+		}
+		r.Close()
+	}
+}
+
 func TestLoadAwareChoice(t *testing.T) {
 	tr := newTestRouter(t, Config{LoadAware: true})
 	// m2 reads 3 ms slower than the others: not far enough out to eject.

@@ -68,7 +68,8 @@ type options struct {
 // Option configures New.
 type Option func(*options)
 
-// WithPolicy picks the routing policy by name (router.Policies()). Default
+// WithPolicy picks the routing policy by name (router.Policies(), or
+// hybrid with an option on: router.HybridHedge, router.HybridP2C). Default
 // is router.Hybrid.
 func WithPolicy(name string) Option { return func(o *options) { o.Policy = name } }
 

@@ -34,14 +34,7 @@ func (harness) NewCluster(t *testing.T, size int) conformance.Cluster {
 }
 
 func (harness) Connect(endpoints []string, policy string) (conformance.Client, error) {
-	opts := []etcd.Option{etcd.WithPolicy(policy)}
-	switch policy {
-	case conformance.HybridHedge:
-		opts = []etcd.Option{etcd.WithHedgedReads(router.HedgeConfig{Enabled: true})}
-	case conformance.HybridP2C:
-		opts = []etcd.Option{etcd.WithLoadAwareReads()}
-	}
-	cli, err := etcd.New(clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop(), DialTimeout: conformance.ConnectTimeout}, opts...)
+	cli, err := etcd.New(clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop(), DialTimeout: conformance.ConnectTimeout}, etcd.WithPolicy(policy))
 	if err != nil {
 		return nil, err
 	}

@@ -40,14 +40,7 @@ func (harness) Connect(endpoints []string, policy string) (conformance.Client, e
 	}
 	cl := client{servers: servers, expired: make(chan struct{})}
 	var once sync.Once
-	variant := ozk.WithPolicy(policy)
-	switch policy {
-	case conformance.HybridHedge:
-		variant = ozk.WithHedgedReads(router.HedgeConfig{Enabled: true})
-	case conformance.HybridP2C:
-		variant = ozk.WithLoadAwareReads()
-	}
-	conn, _, err := ozk.Connect(servers, sessionTimeout, variant,
+	conn, _, err := ozk.Connect(servers, sessionTimeout, ozk.WithPolicy(policy),
 		ozk.WithConnectTimeout(conformance.ConnectTimeout), ozk.WithLogger(quiet{}),
 		ozk.WithEventCallback(func(ev zk.Event) {
 			if ev.State == zk.StateExpired {

@@ -65,7 +65,8 @@ type options struct {
 // Option configures Connect.
 type Option func(*options)
 
-// WithPolicy picks the routing policy by name (router.Policies()). Default
+// WithPolicy picks the routing policy by name (router.Policies(), or
+// hybrid with an option on: router.HybridHedge, router.HybridP2C). Default
 // is router.Hybrid. router.Sticky behaves as go-zookeeper's own client: one
 // session on one server for everything.
 func WithPolicy(name string) Option { return func(o *options) { o.Policy = name } }
