@@ -52,7 +52,8 @@ type Config struct {
 	// ewma.DefaultAlpha (0.3, the paper's).
 	Alpha float64
 	// EjectRatio (ρ) ejects a member from the read pool when its read EWMA
-	// exceeds ρ × the median of the members' read EWMAs. Default is 2.
+	// exceeds ρ × the median of the members' read EWMAs (its own included).
+	// Default is 2.
 	EjectRatio float64
 	// ReadmitRatio readmits an ejected member once its read EWMA is at most
 	// ReadmitRatio × the median; below EjectRatio so that a member on the
@@ -75,6 +76,12 @@ type Config struct {
 	// MinSamples is how many read samples a member needs before it is judged.
 	// Default is 10.
 	MinSamples int
+	// EjectRounds is how many probe rounds in a row the latency rule, or
+	// the probe-RTT rule, must hold before it ejects: an EWMA reflects the
+	// last few reads, and a healthy member's tail crosses any line now and
+	// then, while a grey failure stays above it. Default is 3 (0.75 s at
+	// the default probe interval).
+	EjectRounds int
 	// ProbeShare is the fraction of reads an ejected member still receives,
 	// so that its estimate can show a recovery. Default is 0.005.
 	ProbeShare float64
@@ -202,6 +209,9 @@ func (c *Config) setDefaults() {
 	if c.MinSamples == 0 {
 		c.MinSamples = 10
 	}
+	if c.EjectRounds == 0 {
+		c.EjectRounds = 3
+	}
 	if c.ProbeShare == 0 {
 		c.ProbeShare = 0.005
 	}
@@ -294,6 +304,7 @@ func (c *Config) validate() error {
 		{c.EjectRatio > 1 && !math.IsInf(c.EjectRatio, 0), fmt.Sprintf("eject ratio %v must exceed 1", c.EjectRatio)},
 		{c.ReadmitRatio > 0 && c.ReadmitRatio <= c.EjectRatio, fmt.Sprintf("readmit ratio %v outside (0, eject ratio %v]", c.ReadmitRatio, c.EjectRatio)},
 		{c.MinSamples > 0, fmt.Sprintf("min samples %d must be positive", c.MinSamples)},
+		{c.EjectRounds > 0, fmt.Sprintf("eject rounds %d must be positive", c.EjectRounds)},
 		{c.ProbeShare > 0 && c.ProbeShare < 0.5, fmt.Sprintf("probe share %v outside (0, 0.5)", c.ProbeShare)},
 		{c.ConsecutiveFailures > 0, fmt.Sprintf("consecutive failures %d must be positive", c.ConsecutiveFailures)},
 		{c.FailureShare > 0 && c.FailureShare <= 1, fmt.Sprintf("failure share %v outside (0, 1]", c.FailureShare)},

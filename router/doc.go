@@ -29,25 +29,60 @@
 //     [1000] behind the leader's commit index. It leaves at once, before a
 //     read fails there, gets no reads at all, and returns when its probes
 //     recover;
-//   - latency: its read EWMA is above EjectRatio [2] × the median and by
-//     more than MinEjectGap [5 ms]. Reads the caller gave up on count as
-//     censored samples (the member took at least that long) when they are
-//     that far above the median, so a member slower than every caller's
-//     deadline is seen although it never completes a read;
+//   - latency: its read EWMA is above EjectRatio [2] × the median of the
+//     judged members' read EWMAs, its own included, and by more than
+//     MinEjectGap [5 ms], at EjectRounds [3] probe rounds in a row. Reads
+//     the caller gave up on count as censored samples (the member took at
+//     least that long) when they are that far above the median, so a member
+//     slower than every caller's deadline is seen although it never
+//     completes a read;
 //   - failures: ConsecutiveFailures [5] failed reads in a row, or a failure
 //     share over FailureWindow [1 s] that exceeds the others' median share
 //     by FailureShare [0.3];
 //   - probe RTT: its probe EWMA (after 8 probes) above EjectRatio × the
-//     members' median and by more than MinProbeEjectGap [4 × MinEjectGap]:
-//     probes are few and share connections with traffic, so they must say
-//     much more than reads.
+//     members' median and by more than MinProbeEjectGap [4 × MinEjectGap],
+//     at EjectRounds probe rounds in a row: probes are few and share
+//     connections with traffic, so they must say much more than reads.
+//
+// Distance is topology, not failure. A member in a farther zone reads slower
+// for ever: its reads pay the distance twice (the client's link and its
+// ReadIndex to the leader), and under load its EWMA sits at one and a half to
+// two times the leader's, whose reads take no hop. The yardstick is therefore
+// the median of all judged members: while at most a minority is unhealthy it
+// is a healthy member's value, and a far member is compared with the other
+// followers rather than with the mean of the leader and one follower (what
+// the median of the others is with three members). The rounds in a row keep
+// a healthy member's tail, which crosses any line now and then, from
+// ejecting it; a grey failure (the paper's +8 ms on every link puts a
+// follower's reads at five times the median) stays above the line.
 //
 // An ejected member keeps a ProbeShare [0.5 %] of reads and returns when
 // ReadmitSamples [3] of them in a row are in line with the median and its
-// probes are too, and no sooner than its ejection time: BaseEjection [1 s],
+// probes are in line with the others' (within ReadmitRatio × their median,
+// or within MinProbeEjectGap: probes that could not have ejected it do not
+// keep it out), and no sooner than its ejection time: BaseEjection [1 s],
 // doubled for each ejection since it was last forgiven (MaxEjection [30 s]
-// in the pool), capped at MaxEjection. Never more than a minority of the
-// reachable members is out of the pool, and the pool is never empty.
+// in the pool), capped at MaxEjection.
+//
+// # Invariants
+//
+// The router keeps these on every path (probe rounds, Pick and Done, Busy,
+// SetMembers, a failed leader-pinned write); a state-machine property test
+// (statemachine_test.go, pgregory.net/rapid) checks them after every step of
+// random sequences:
+//   - at most a minority, ⌊(n−1)/2⌋ of the n reachable members, is out of the
+//     read pool, ejected, benched and busy together: one function builds every
+//     snapshot and applies the cap, keeping the most urgent out (busy first,
+//     then benched, then the most severe ejections);
+//   - the read pool is never empty while a member is reachable, and a member
+//     is reachable while any is not retired;
+//   - a retired member is never picked (but by WithMember naming it) nor
+//     the leader;
+//   - a member whose reads and probes are in line with the others returns
+//     within MaxEjection and a few probe rounds;
+//   - one index space: Pick.Index, Stats, Busy and Member use the roster's
+//     stable indexes, which never move (members are added or retired);
+//   - Pick never panics and, without overrides, never allocates.
 //
 // # Leader tracking
 //

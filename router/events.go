@@ -115,8 +115,8 @@ func (r *Router) eventsLocked(prev, next *snapshot, leaderUnsure bool) {
 		if !is {
 			continue
 		}
-		wasOut := !was || !prev.inPool[i]
-		isOut := !next.inPool[i]
+		wasOut := !was || !prev.has(i)
+		isOut := !next.has(i)
 		switch {
 		case isOut && !wasOut && !h.outAnnounced:
 			h.outAnnounced = true

@@ -3,7 +3,6 @@ package router
 import (
 	"cmp"
 	"context"
-	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -104,7 +103,7 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 	}
 	for i := range r.roster().health {
 		h := r.roster().health[i]
-		h.window.push(now, h.ops[LinearizableRead].Load()+h.ops[StaleRead].Load(), h.readFails.Load(), r.cfg.FailureWindow)
+		h.window.push(now, h.readsEnded(), h.readFails.Load(), r.cfg.FailureWindow)
 	}
 
 	ro := r.roster()
@@ -222,9 +221,10 @@ const (
 // cannot serve a linearizable read now: no leader, an older term (epoch)
 // than the leader's, or an apply index more than MaxLag behind the leader's
 // commit index. They leave the read pool at once, before any read fails
-// there, and get no probe share: their probes bring them back. If every
-// reachable member is benched, none is (the pool is never empty).
-// Caller must hold r.mu.
+// there, and get no probe share: their probes bring them back. Members busy
+// with maintenance come first: buildSnapshot keeps the first of them out
+// up to the minority cap. When every reachable member's probes say the same
+// (all leaderless during an election) none is benched. Caller must hold r.mu.
 func (r *Router) benchedLocked(reachable []int, leader int) []int {
 	var leaderTerm, committed uint64
 	if leader >= 0 {
@@ -239,6 +239,7 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 		}
 	}
 	var out []int
+	busyFirst := 0
 	for _, i := range reachable {
 		h := r.roster().health[i]
 		if !h.probed && h.busy.Load() == 0 {
@@ -256,72 +257,78 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 		case committed > 0 && res.Applied > 0 && committed > res.Applied && committed-res.Applied > r.cfg.MaxLag:
 			why = outLag
 		}
-		if h.benchWhy = why; why != "" {
+		switch h.benchWhy = why; why {
+		case "":
+		case outBusy:
+			out = slices.Insert(out, busyFirst, i)
+			busyFirst++
+		default:
 			out = append(out, i)
 		}
 	}
-	if len(out) == len(reachable) {
-		return nil
+	if busyFirst == 0 && len(out) == len(reachable) {
+		return nil // every member says the same (an election): it singles out none
 	}
 	return out
 }
 
 // ejectionsLocked decides which reachable members are ejected from the
 // read pool on the evidence of reads and probe round trips, and returns
-// them (benched ones left out):
+// them (benched ones left out), the most severe first:
 //   - latency: read EWMA (≥ MinSamples samples, censored ones included)
-//     above EjectRatio × the median of the other members' and by more than
-//     MinEjectGap;
+//     above EjectRatio × the median of the judged members' read EWMAs and
+//     by more than MinEjectGap, at EjectRounds probe rounds in a row;
 //   - failures: ConsecutiveFailures failed reads in a row while most other
 //     members are not failing (a cluster-wide failure, an election, ejects
 //     nobody), or a failure share over FailureWindow that exceeds the
 //     others' median share by FailureShare;
 //   - probe RTT: probe EWMA (minProbeSamples probes) above EjectRatio × the
-//     members' median probe EWMA and by more than MinProbeEjectGap.
+//     members' median probe EWMA and by more than MinProbeEjectGap, at
+//     EjectRounds probe rounds in a row.
+//
+// The yardstick is the median of every judged member, the member itself
+// included (the lower of the two middle values when their number is even,
+// so that of two judged members the faster is the yardstick): while at most a minority is unhealthy (the cap below), it is a
+// healthy member's value, whereas the median of the others alone is, with
+// three members, the mean of the nearest (the leader, whose reads take no
+// hop) and one other, which puts a healthy member in a farther zone at
+// twice it under load. One round's EWMA reflects the last few reads only,
+// and a healthy member's tail crosses any line now and then; a grey
+// failure stays above it.
 //
 // An ejected member stays out for at least its ejection time (BaseEjection,
 // doubled for each ejection since it was last forgiven, capped at
 // MaxEjection) and until fresh evidence brings it back: ReadmitSamples
 // probe-share reads in a row in line with the median, and its probe EWMA in
-// line with the others'. A benched member keeps its ejection and is judged
-// again once its probes recover. At most a minority of the reachable members
-// is out of the pool (benched ones included); the most severe keep the
-// places, the incumbent on a tie. Only hybrid has a read pool: under the
-// other policies nobody is ejected. Caller must hold r.mu.
+// line with the others' (within ReadmitRatio × the median, or within
+// MinProbeEjectGap of it: the complement of the probe rule, so that no
+// member is kept out by probes that could not have ejected it). A benched
+// member keeps its ejection and is judged again once its probes recover.
+// At most a minority of the reachable members is out of the pool (benched
+// ones included); the most severe keep the places, the incumbent on a tie.
+// Only hybrid has a read pool: under the other policies nobody is ejected.
+// Caller must hold r.mu.
 func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time) []int {
 	if r.kind != hybridKind {
 		return nil
 	}
-	judged := map[int]time.Duration{}
-	var probes []time.Duration
+	var reads, probes []time.Duration
 	for _, i := range reachable {
 		h := r.roster().health[i]
 		if h.read.Count() >= uint64(r.cfg.MinSamples) {
-			judged[i] = h.read.Value()
+			reads = append(reads, h.read.Value())
 		}
 		if h.probed && h.probeFailures == 0 {
 			probes = append(probes, h.probe.Value())
 		}
 	}
 	var median, probeMedian time.Duration
-	if len(judged) > 0 {
-		median = medianOf(slices.Collect(maps.Values(judged)))
+	if len(reads) > 0 {
+		median = lowMedianOf(reads)
 		r.readMedian.Store(int64(median))
 	}
 	if len(probes) > 0 {
 		probeMedian = medianOf(probes)
-	}
-	othersMedian := func(i int) (time.Duration, bool) {
-		var others []time.Duration
-		for j, v := range judged {
-			if j != i {
-				others = append(others, v)
-			}
-		}
-		if len(others) == 0 {
-			return 0, false
-		}
-		return medianOf(others), true
 	}
 	shares := map[int]float64{}
 	failing := 0 // reachable members with a read failure streak
@@ -347,27 +354,29 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time) []int 
 		if slices.Contains(benched, i) {
 			continue // judged again once its probes recover; an ejection is kept
 		}
-		v := h.read.Value()
 		if h.ejected {
-			probeOK := !h.probed || len(probes) < 2 || r.inLine(h.probe.Value(), probeMedian)
+			probeOK := !h.probed || len(probes) < 2 || r.inLine(h.probe.Value(), probeMedian, r.cfg.MinProbeEjectGap)
 			fresh := h.freshInLine.Load() >= int64(r.cfg.ReadmitSamples)
 			if now.Before(h.ejectUntil) || !probeOK || !fresh {
 				out = append(out, candidate{i: i, was: true, severity: r.severity(h, h.ejectWhy, median, probeMedian), why: h.ejectWhy})
 			}
 			continue
 		}
+		slowReads := len(reads) >= 2 && h.read.Count() >= uint64(r.cfg.MinSamples) && r.farAbove(h.read.Value(), median)
+		slowProbes := len(probes) >= 2 && h.probed && h.probeFailures == 0 && h.probe.Count() >= minProbeSamples &&
+			float64(h.probe.Value()) > r.cfg.EjectRatio*float64(probeMedian) && h.probe.Value()-probeMedian > r.cfg.MinProbeEjectGap
+		h.slowReadRounds = countRun(h.slowReadRounds, slowReads)
+		h.slowProbeRounds = countRun(h.slowProbeRounds, slowProbes)
 		why := ""
 		streak := h.readFailStreak.Load()
-		med, ok := othersMedian(i)
 		switch {
 		case streak >= int64(r.cfg.ConsecutiveFailures) && 2*(failing-1) < len(reachable)-1:
 			why = outFailures
 		case r.failingMore(i, shares):
 			why = outFailures
-		case ok && h.read.Count() >= uint64(r.cfg.MinSamples) && r.farAbove(v, med):
+		case h.slowReadRounds >= r.cfg.EjectRounds:
 			why = outLatency
-		case len(probes) >= 2 && h.probed && h.probeFailures == 0 && h.probe.Count() >= minProbeSamples &&
-			float64(h.probe.Value()) > r.cfg.EjectRatio*float64(probeMedian) && h.probe.Value()-probeMedian > r.cfg.MinProbeEjectGap:
+		case h.slowProbeRounds >= r.cfg.EjectRounds:
 			why = outProbeRTT
 		}
 		if why != "" {
@@ -402,13 +411,20 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time) []int 
 			r.ejectLocked(h, now)
 		}
 	}
-	slices.Sort(ejected)
 	for _, i := range reachable {
 		if h := r.roster().health[i]; h.ejected && !slices.Contains(ejected, i) && !slices.Contains(benched, i) {
 			r.readmitLocked(h, median, now)
 		}
 	}
 	return ejected
+}
+
+// countRun extends a run of rounds in which a rule held, or ends it.
+func countRun(run int, holds bool) int {
+	if holds {
+		return run + 1
+	}
+	return 0
 }
 
 // severity orders ejection candidates: failures first, then by how many
@@ -452,12 +468,19 @@ func (r *Router) ejectLocked(h *memberHealth, now time.Time) {
 	h.ejected = true
 	h.ejections++
 	h.totalEjected++
-	d := r.cfg.MaxEjection
-	if h.ejections <= 30 {
-		d = min(r.cfg.BaseEjection<<(h.ejections-1), r.cfg.MaxEjection)
-	}
-	h.ejectUntil = now.Add(d)
+	h.ejectUntil = now.Add(ejectionTime(r.cfg.BaseEjection, r.cfg.MaxEjection, h.ejections))
 	h.freshInLine.Store(0)
+	h.slowReadRounds, h.slowProbeRounds = 0, 0
+}
+
+// ejectionTime is base doubled for each ejection after the first, capped
+// at max; the doubling stops at the cap, so it never overflows.
+func ejectionTime(base, max time.Duration, ejections int) time.Duration {
+	d := base
+	for k := 1; k < ejections && d < max; k++ {
+		d *= 2
+	}
+	return min(d, max)
 }
 
 // readmitLocked returns a member to the pool with a fresh start: its old
@@ -474,6 +497,7 @@ func (r *Router) readmitLocked(h *memberHealth, median time.Duration, now time.T
 	h.freshInLine.Store(0)
 	h.window.clear()
 	h.admittedAt = now
+	h.slowReadRounds, h.slowProbeRounds = 0, 0
 }
 
 // failureWindow keeps, at each probe round, a member's cumulative read
@@ -501,13 +525,22 @@ func (w *failureWindow) push(now time.Time, reads, fails uint64, span time.Durat
 	}
 }
 
-// delta returns the reads and failures over the window.
+// delta returns the reads and failures over the window. The counts are
+// cumulative and never fall; a pair that did would read as zero, never as
+// a wrapped 2^64.
 func (w *failureWindow) delta() (reads, fails uint64) {
 	if len(w.reads) < 2 {
 		return 0, 0
 	}
 	n := len(w.reads) - 1
-	return w.reads[n] - w.reads[0], w.fails[n] - w.fails[0]
+	return sub0(w.reads[n], w.reads[0]), sub0(w.fails[n], w.fails[0])
+}
+
+func sub0(a, b uint64) uint64 {
+	if a < b {
+		return 0
+	}
+	return a - b
 }
 
 // clear forgets the window's history (a readmitted member starts afresh).
@@ -517,6 +550,14 @@ func (w *failureWindow) clear() {
 		w.reads = append(w.reads[:0], w.reads[n-1])
 		w.fails = append(w.fails[:0], w.fails[n-1])
 	}
+}
+
+// lowMedianOf is the median of an odd number of values, the lower middle
+// one of an even number.
+func lowMedianOf(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
 }
 
 func medianOf(ds []time.Duration) time.Duration {

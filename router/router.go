@@ -120,6 +120,9 @@ type memberHealth struct {
 	// those in a row).
 	totalProbeFailures uint64
 	admittedAt         time.Time // last readmission
+	// slowReadRounds and slowProbeRounds count the probe rounds in a row
+	// at which the latency rule, or the probe-RTT rule, held.
+	slowReadRounds, slowProbeRounds int
 
 	_ [64]byte // keep neighbours' hot counters off this cache line
 }
@@ -224,6 +227,17 @@ func (r *Router) Members() []Member {
 	return out
 }
 
+// Member returns the member at stable index idx (the index Pick.Index,
+// Stats and Busy use; retired members keep theirs). ok is false for an
+// index the router never had and for a retired member.
+func (r *Router) Member(idx int) (m Member, ok bool) {
+	ro := r.roster()
+	if idx < 0 || idx >= len(ro.members) || ro.retired[idx] {
+		return Member{}, false
+	}
+	return ro.members[idx], true
+}
+
 // Policy returns the policy's name.
 func (r *Router) Policy() string { return r.cfg.Policy }
 
@@ -284,7 +298,8 @@ func (r *Router) Pick(ctx context.Context, op Op) (Pick, error) {
 				// resumes where it started) falls back to the pool.
 			case p.Index < 0:
 				return Pick{}, fmt.Errorf("%w: %q", ErrUnknownMember, o.member)
-			case o.prefer && !s.inPool[p.Index]:
+			case o.prefer && !s.has(p.Index):
+				// Not in the read pool, or added since this snapshot.
 				p.Index = -1
 			}
 		default:
@@ -447,7 +462,7 @@ func (p Pick) Done(o Outcome) {
 		r.hedge.rings[p.op].add(latency)
 	}
 	if p.probing {
-		if r.inLine(latency, time.Duration(r.readMedian.Load())) {
+		if r.inLine(latency, time.Duration(r.readMedian.Load()), r.cfg.MinEjectGap) {
 			h.freshInLine.Add(1)
 		} else {
 			h.freshInLine.Store(0)
@@ -483,9 +498,10 @@ func (r *Router) farAbove(v, median time.Duration) bool {
 }
 
 // inLine reports whether v is in line with median: within ReadmitRatio
-// times it, or within MinEjectGap of it.
-func (r *Router) inLine(v, median time.Duration) bool {
-	return float64(v) <= r.cfg.ReadmitRatio*float64(median) || v-median <= r.cfg.MinEjectGap
+// times it, or within gap of it (MinEjectGap for reads, MinProbeEjectGap
+// for probes: what could not have ejected is in line).
+func (r *Router) inLine(v, median, gap time.Duration) bool {
+	return float64(v) <= r.cfg.ReadmitRatio*float64(median) || v-median <= gap
 }
 
 // Busy marks member idx as busy with maintenance the client itself asked
@@ -513,22 +529,23 @@ func (r *Router) Busy(idx int) (end func()) {
 }
 
 // rebenchLocked rebuilds the snapshot with the benched members recomputed
-// and everything else as it is. Caller must hold r.mu.
+// and everything else as it is (buildSnapshot keeps the minority cap: a
+// busy member may take an ejected one's place out of the pool until the
+// next round judges them again). Caller must hold r.mu.
 func (r *Router) rebenchLocked() {
 	s := r.snap.Load()
-	r.snap.Store(r.buildSnapshot(s.leader, s.reachable, r.ejectedLocked(), r.benchedLocked(s.reachable, s.leader), s.sticky))
+	r.snap.Store(r.buildSnapshot(s.leader, s.reachable, s.ejected, r.benchedLocked(s.reachable, s.leader), s.sticky))
 }
 
-// ejectedLocked lists the members ejected on reads' evidence. Caller must
-// hold r.mu.
-func (r *Router) ejectedLocked() []int {
-	var out []int
-	for i := range r.roster().health {
-		if r.roster().health[i].ejected {
-			out = append(out, i)
-		}
+// readsEnded counts the member's reads that ended, whatever the outcome
+// but NotSent: unlike ops, which counts picks and gives a NotSent one back,
+// it never falls, so that the failure window's deltas stay true.
+func (h *memberHealth) readsEnded() uint64 {
+	var n uint64
+	for _, op := range [...]Op{LinearizableRead, StaleRead} {
+		n += h.oks[op].Load() + h.errs[op].Load() + h.gaveUp[op].Load()
 	}
-	return out
+	return n
 }
 
 // Abandon takes back a Pick whose operation was never sent: Done(NotSent).
@@ -646,6 +663,8 @@ func (r *Router) toLeader(s *snapshot) (int, bool) {
 	return r.rotate(s.reachable), false
 }
 
+// rotate returns the next member of set, which must not be empty (every
+// snapshot has a reachable member, and keeps one in the pool).
 func (r *Router) rotate(set []int) int {
 	return set[(r.rr.Add(1)-1)%uint64(len(set))]
 }
@@ -877,31 +896,48 @@ func (r *Router) forgetLeader(idx int) {
 	}
 	h := r.roster().health[idx]
 	h.forgotten, h.forgottenAt = true, r.forgets.Add(1)
-	r.snap.Store(r.buildSnapshot(-1, s.reachable, r.ejectedLocked(), s.benched, s.sticky))
+	r.snap.Store(r.buildSnapshot(-1, s.reachable, s.ejected, s.benched, s.sticky))
 	r.mu.Unlock()
 	r.Refresh()
 }
 
-// buildSnapshot assembles a snapshot; ejected and benched members that are
-// not reachable are dropped (they get no traffic at all).
+// buildSnapshot assembles a snapshot; it is the only place one is built,
+// so the minority cap holds on every path (probe rounds, Busy, SetMembers,
+// forgetLeader). benched and ejected name the members out of the read pool
+// in order of precedence (benchedLocked puts busy members first,
+// ejectionsLocked the most severe first); members not reachable are
+// dropped. Of the n reachable members at most ⌊(n−1)/2⌋ are kept out, the
+// first in that order: the rest stay in the pool, which is so never empty.
 func (r *Router) buildSnapshot(leader int, reachable, ejected, benched []int, sticky int) *snapshot {
-	s := &snapshot{leader: leader, reachable: reachable, sticky: sticky, inPool: make([]bool, len(r.roster().members))}
+	ro := r.roster()
+	s := &snapshot{leader: leader, reachable: reachable, sticky: sticky, inPool: make([]bool, len(ro.members))}
+	room := (len(reachable) - 1) / 2
+	out := func(from []int, to *[]int) {
+		for _, i := range from {
+			if room > 0 && slices.Contains(reachable, i) && !slices.Contains(s.benched, i) && !slices.Contains(s.ejected, i) {
+				*to = append(*to, i)
+				room--
+			}
+		}
+		slices.Sort(*to)
+	}
+	out(benched, &s.benched)
+	out(ejected, &s.ejected)
 	for _, i := range reachable {
-		if !slices.Contains(benched, i) {
+		if !slices.Contains(s.benched, i) {
 			s.serving = append(s.serving, i)
 		}
-		switch {
-		case slices.Contains(benched, i):
-			s.benched = append(s.benched, i)
-		case slices.Contains(ejected, i):
-			s.ejected = append(s.ejected, i)
-		default:
+		if !slices.Contains(s.benched, i) && !slices.Contains(s.ejected, i) {
 			s.inPool[i] = true
 			s.pool = append(s.pool, i)
-			if r.cfg.ClientZone != "" && r.roster().members[i].Zone == r.cfg.ClientZone {
+			if r.cfg.ClientZone != "" && ro.members[i].Zone == r.cfg.ClientZone {
 				s.local = append(s.local, i)
 			}
 		}
 	}
 	return s
 }
+
+// has reports whether member i is in the read pool; false for an index
+// added to the roster after s was built.
+func (s *snapshot) has(i int) bool { return i >= 0 && i < len(s.inPool) && s.inPool[i] }

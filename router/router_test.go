@@ -89,6 +89,11 @@ func newTestRouter(t *testing.T, cfg Config) testRouter {
 		cfg.Members = members(3)
 	}
 	cfg.Prober, cfg.Seed = cluster, 42
+	if cfg.EjectRounds == 0 {
+		// Most tests judge one rule after one round; TestEjectRounds
+		// tests the persistence itself.
+		cfg.EjectRounds = 1
+	}
 	if tc, ok := cfg.Clock.(*timerClock); ok {
 		clock = tc.fakeClock
 	} else {
@@ -380,11 +385,11 @@ func TestSlowProbesKeepMemberOut(t *testing.T) {
 	if !tr.Stats().Members[1].Ejected {
 		t.Fatal("m1 not ejected")
 	}
-	// Probes to m1 take 10 ms, to the others nothing: still degraded,
-	// although its reads recover.
+	// Probes to m1 take 30 ms, to the others nothing: still degraded by
+	// the probe rule (beyond MinProbeEjectGap), although its reads recover.
 	tr.cfg.Prober = ProberFunc(func(ctx context.Context, m Member) (ProbeResult, error) {
 		if m.ID == "m1" {
-			tr.clock.Advance(10 * time.Millisecond)
+			tr.clock.Advance(30 * time.Millisecond)
 		}
 		return tr.cluster.Probe(ctx, m)
 	})

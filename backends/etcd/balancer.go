@@ -270,7 +270,11 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		}
 		// The router has not yet seen this member go: use one that is up.
 		alt := p.ready[(p.next.Add(1)-1)%uint32(len(p.ready))]
-		if pick, err = p.r.Pick(router.WithMember(ctx, p.r.Members()[alt].ID), op); err != nil {
+		m, ok := p.r.Member(alt) // alt is a stable index, as Pick.Index
+		if !ok {
+			return balancer.PickResult{}, status.Errorf(codes.Unavailable, "oproute: no ready connection to a current member")
+		}
+		if pick, err = p.r.Pick(router.WithMember(ctx, m.ID), op); err != nil {
 			return balancer.PickResult{}, pickError(err)
 		}
 		sc, _ = p.pool.Get(alt)

@@ -1,0 +1,387 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// The router as a state machine: random sequences of picks and their ends
+// (every outcome), probe rounds over a cluster that changes (leader, term,
+// members down, leaderless, not serving, lagging, probe RTTs), SetMembers
+// (adds, retirements, the leader retired), Busy and its end, hedge choices
+// and time passing, on an injected clock. After every step the invariants
+// hold (checkInvariants) and Pick does not panic for any class.
+//
+// Budget in CI: rapid's default 100 sequences of 20–150 steps each. A longer
+// run: go test ./router -run TestRouterStateMachine -rapid.checks=20000
+// (failures shrink to the shortest sequence and are saved under testdata/rapid).
+
+// modelMember is what the fake cluster answers for one member.
+type modelMember struct {
+	down, leaderless, notServing bool
+	lag                          uint64
+	term                         uint64 // 0: the cluster's term
+	rtt                          time.Duration
+	read                         time.Duration // how long its reads take
+	fails                        bool          // its reads fail
+}
+
+type machine struct {
+	r       *Router
+	clock   *fakeClock
+	mu      sync.Mutex // guards the model, read by the prober
+	model   map[string]*modelMember
+	leader  string
+	term    uint64
+	picks   []Pick
+	ends    []func()
+	nextID  int
+	hedging bool
+}
+
+func (m *machine) Probe(_ context.Context, mem Member) (ProbeResult, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mm := m.model[mem.ID]
+	if mm == nil || mm.down {
+		return ProbeResult{}, errors.New("connection refused")
+	}
+	res := ProbeResult{ServerID: "sid-" + mem.ID, Term: m.term, RTT: mm.rtt, NotServing: mm.notServing, Committed: 5000, Applied: 5000 - mm.lag}
+	if mm.term != 0 {
+		res.Term = mm.term
+	}
+	if mm.leaderless {
+		res.Leaderless = true
+	} else if m.leader != "" {
+		res.LeaderID = "sid-" + m.leader
+	}
+	return res, nil
+}
+
+func newMachine(t *rapid.T) *machine {
+	n := rapid.IntRange(1, 5).Draw(t, "members")
+	policy := rapid.SampledFrom([]string{Hybrid, Hybrid, Hybrid, HybridP2C, HybridHedge, RoundRobin, LeaderOnly, Sticky, Boltzmann}).Draw(t, "policy")
+	m := &machine{clock: &fakeClock{now: time.Unix(1e9, 0)}, model: map[string]*modelMember{}, term: 1, nextID: n}
+	ms := members(n)
+	for _, mem := range ms {
+		m.model[mem.ID] = &modelMember{rtt: time.Millisecond, read: time.Millisecond}
+	}
+	m.leader = ms[0].ID
+	cfg := Config{Members: ms, Prober: m, Clock: m.clock, Policy: policy, ProbeInterval: time.Hour, Seed: 7, ClientZone: "a"}
+	if rapid.Bool().Draw(t, "short ejections") {
+		cfg.BaseEjection, cfg.MaxEjection = 100*time.Millisecond, 2*time.Second
+	}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.r, m.hedging = r, r.hedge != nil
+	// Once the first round is in, the background loop stops: the steps
+	// drive every round, so that a sequence replays exactly.
+	deadline := time.Now().Add(5 * time.Second)
+	for r.rounds.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("first probe round did not finish")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	r.cancel()
+	<-r.done
+	t.Cleanup(func() {
+		for _, p := range m.picks {
+			p.Done(NotSent)
+		}
+		r.Close()
+	})
+	return m
+}
+
+// ids is every member ID the router has had, and one it never had.
+func (m *machine) ids() []string {
+	var out []string
+	for _, mem := range m.r.roster().members {
+		out = append(out, mem.ID)
+	}
+	return append(out, "nobody")
+}
+
+var allOps = []Op{Write, LinearizableRead, StaleRead, Stream}
+var allOutcomes = []Outcome{OK, AppError, MemberFault, Overloaded, CallerGaveUp, NotSent}
+
+func (m *machine) pick(t *rapid.T) {
+	op := rapid.SampledFrom(allOps).Draw(t, "op")
+	ctx := context.Background()
+	switch rapid.IntRange(0, 5).Draw(t, "override") {
+	case 1:
+		ctx = WithLeader(ctx)
+	case 2:
+		ctx = WithMember(ctx, rapid.SampledFrom(m.ids()).Draw(t, "member"))
+	case 3:
+		ctx = WithPreferredMember(ctx, rapid.SampledFrom(m.ids()).Draw(t, "member"))
+	case 4:
+		if m.hedging {
+			ctx = context.WithValue(ctx, attemptKey{}, &attemptSlot{hedge: rapid.Bool().Draw(t, "hedge")})
+		}
+	}
+	p, err := m.r.Pick(ctx, op)
+	if err != nil {
+		if !errors.Is(err, ErrUnknownMember) {
+			t.Fatalf("Pick: %v", err)
+		}
+		return
+	}
+	if ro := m.r.roster(); ro.retired[p.Index] {
+		if id, forced := ForcedMember(ctx); !forced || id != p.Member.ID {
+			t.Fatalf("picked retired member %d (%s) without being told to", p.Index, p.Member.ID)
+		}
+	}
+	if len(m.picks) < 64 {
+		m.picks = append(m.picks, p)
+	} else {
+		p.Done(OK)
+	}
+}
+
+func (m *machine) done(t *rapid.T) {
+	if len(m.picks) == 0 {
+		return
+	}
+	k := rapid.IntRange(0, len(m.picks)-1).Draw(t, "pick")
+	m.clock.Advance(time.Duration(rapid.IntRange(0, 50_000).Draw(t, "latency µs")) * time.Microsecond)
+	m.picks[k].Done(rapid.SampledFrom(allOutcomes).Draw(t, "outcome"))
+	m.picks = slices.Delete(m.picks, k, k+1)
+}
+
+// burst sends reads that end as the model says: what makes members slow,
+// failing, ejected and readmitted.
+func (m *machine) burst(t *rapid.T) {
+	n := rapid.IntRange(1, 200).Draw(t, "reads")
+	for range n {
+		p, err := m.r.Pick(context.Background(), LinearizableRead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.mu.Lock()
+		mm := m.model[p.Member.ID]
+		d, fails := time.Millisecond, false
+		if mm != nil {
+			d, fails = mm.read, mm.fails
+		}
+		m.mu.Unlock()
+		m.clock.Advance(d)
+		if fails {
+			p.Done(MemberFault)
+		} else {
+			p.Done(OK)
+		}
+	}
+}
+
+func (m *machine) probe(*rapid.T) { m.r.refresh(context.Background()) }
+
+func (m *machine) change(t *rapid.T) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ids := slices.Sorted(func(yield func(string) bool) {
+		for id := range m.model {
+			if !yield(id) {
+				return
+			}
+		}
+	})
+	id := rapid.SampledFrom(ids).Draw(t, "who")
+	mm := m.model[id]
+	switch rapid.IntRange(0, 9).Draw(t, "change") {
+	case 0:
+		m.leader, m.term = id, m.term+1
+	case 1:
+		m.leader = ""
+	case 2:
+		mm.down = !mm.down
+	case 3:
+		mm.leaderless = !mm.leaderless
+	case 4:
+		mm.notServing = !mm.notServing
+	case 5:
+		mm.lag = uint64(rapid.SampledFrom([]int{0, 10, 5000}).Draw(t, "lag"))
+	case 6:
+		mm.term = uint64(rapid.IntRange(0, int(m.term)).Draw(t, "term"))
+	case 7:
+		mm.rtt = time.Duration(rapid.IntRange(1, 200).Draw(t, "rtt ms")) * time.Millisecond
+	case 8:
+		mm.read = time.Duration(rapid.IntRange(1, 100).Draw(t, "read ms")) * time.Millisecond
+	case 9:
+		mm.fails = !mm.fails
+	}
+}
+
+func (m *machine) setMembers(t *rapid.T) {
+	ro := m.r.roster()
+	var ms []Member
+	for i, mem := range ro.members {
+		if !ro.retired[i] && rapid.Bool().Draw(t, "keep "+mem.ID) {
+			ms = append(ms, mem)
+		}
+	}
+	for range rapid.IntRange(0, 2).Draw(t, "added") {
+		mem := Member{ID: fmt.Sprintf("m%d", m.nextID), Addr: fmt.Sprintf("127.0.0.1:%d", 2379+m.nextID), Zone: rapid.SampledFrom([]string{"a", "b"}).Draw(t, "zone")}
+		m.nextID++
+		m.mu.Lock()
+		m.model[mem.ID] = &modelMember{rtt: time.Millisecond, read: time.Millisecond}
+		m.mu.Unlock()
+		ms = append(ms, mem)
+	}
+	err := m.r.SetMembers(ms)
+	if len(ms) == 0 {
+		if !errors.Is(err, ErrNoMembers) {
+			t.Fatalf("SetMembers(none): %v, want ErrNoMembers", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("SetMembers: %v", err)
+	}
+}
+
+func (m *machine) busy(t *rapid.T) {
+	if len(m.ends) >= 4 {
+		return
+	}
+	ro := m.r.roster()
+	m.ends = append(m.ends, m.r.Busy(rapid.IntRange(0, len(ro.members)-1).Draw(t, "busy")))
+}
+
+func (m *machine) endBusy(t *rapid.T) {
+	if len(m.ends) == 0 {
+		return
+	}
+	k := rapid.IntRange(0, len(m.ends)-1).Draw(t, "end")
+	m.ends[k]()
+	if rapid.Bool().Draw(t, "end twice") {
+		m.ends[k]() // idempotent
+	}
+	m.ends = slices.Delete(m.ends, k, k+1)
+}
+
+func (m *machine) hedge(t *rapid.T) {
+	if !m.hedging {
+		return
+	}
+	op := rapid.SampledFrom([]Op{LinearizableRead, StaleRead}).Draw(t, "op")
+	m.r.HedgeDelay(context.Background(), op)
+	exclude := rapid.IntRange(-1, len(m.r.roster().members)-1).Draw(t, "exclude")
+	if mem, ok := m.r.hedgeTarget(op, exclude); ok {
+		i := m.r.indexOf(mem.ID)
+		if i < 0 || i == exclude {
+			t.Fatalf("hedge to %s (index %d, excluded %d)", mem.ID, i, exclude)
+		}
+	}
+}
+
+func (m *machine) advance(t *rapid.T) {
+	m.clock.Advance(time.Duration(rapid.IntRange(1, 40_000).Draw(t, "advance ms")) * time.Millisecond)
+}
+
+// check runs after every step.
+func (m *machine) check(t *rapid.T) {
+	if err := m.r.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range allOps {
+		p, err := m.r.Pick(context.Background(), op)
+		if err != nil {
+			t.Fatalf("Pick(%v): %v", op, err)
+		}
+		if m.r.roster().retired[p.Index] {
+			t.Fatalf("Pick(%v) chose retired member %d", op, p.Index)
+		}
+		p.Abandon()
+	}
+	m.r.Stats()
+}
+
+func (m *machine) steps(t *rapid.T, n int) {
+	actions := map[string]func(*rapid.T){
+		"pick": m.pick, "done": m.done, "burst": m.burst, "probe": m.probe, "change": m.change,
+		"setMembers": m.setMembers, "busy": m.busy, "endBusy": m.endBusy, "hedge": m.hedge, "advance": m.advance,
+	}
+	names := slices.Sorted(func(yield func(string) bool) {
+		for k := range actions {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	weighted := append(slices.Clone(names), "burst", "burst", "probe", "probe", "probe", "pick", "done", "change")
+	m.check(t)
+	for range n {
+		actions[rapid.SampledFrom(weighted).Draw(t, "action")](t)
+		m.check(t)
+	}
+}
+
+func TestRouterStateMachine(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		m := newMachine(t)
+		m.steps(t, rapid.IntRange(20, 150).Draw(t, "steps"))
+	})
+}
+
+// After any history, a cluster that heals (every member up, serving, in
+// line with the others, maintenance over) has every member back in the
+// read pool within MaxEjection and a few rounds: no member is kept out
+// for ever.
+func TestHealedMembersReturn(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		m := newMachine(t)
+		m.steps(t, rapid.IntRange(10, 80).Draw(t, "steps"))
+		for _, end := range m.ends {
+			end()
+		}
+		m.ends = nil
+		for _, p := range m.picks {
+			p.Done(OK)
+		}
+		m.picks = nil
+		m.mu.Lock()
+		live := m.r.Members()
+		m.leader, m.term = live[0].ID, m.term+1
+		for _, mm := range m.model {
+			*mm = modelMember{rtt: time.Millisecond, read: time.Millisecond}
+		}
+		m.mu.Unlock()
+		bound := m.r.cfg.MaxEjection + 10*time.Second
+		deadline := m.clock.Now().Add(bound)
+		for {
+			m.r.refresh(context.Background())
+			st := m.r.Stats()
+			out := 0
+			for _, ms := range st.Members {
+				if !ms.Retired && (ms.Ejected || !ms.Reachable) {
+					out++
+				}
+			}
+			if out == 0 {
+				return
+			}
+			if m.clock.Now().After(deadline) {
+				t.Fatalf("%d members still out %v after the cluster healed: %+v", out, bound, st.Members)
+			}
+			for range 200 {
+				p, err := m.r.Pick(context.Background(), LinearizableRead)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.Done(OK)
+			}
+			m.clock.Advance(500 * time.Millisecond)
+		}
+	})
+}
