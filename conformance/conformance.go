@@ -116,6 +116,10 @@ func Run(t *testing.T, h Harness) {
 	t.Run("LeaderKilledUnderLoad", func(t *testing.T) { testLeaderChange(t, h, true) })
 	t.Run("DegradedMemberLeavesAndRejoins", func(t *testing.T) { testDegraded(t, h, router.Hybrid) })
 	t.Run("AllEquallySlowNobodyEjected", func(t *testing.T) { testAllSlow(t, h) })
+	t.Run("Distance/FarFollowerKeptAtLoad", func(t *testing.T) { testFarMemberKept(t, h, testbed.DefaultTopology(3), 60*time.Second) })
+	t.Run("Distance/ThreeZonesKeptAtLoad", func(t *testing.T) { testFarMemberKept(t, h, testbed.ThreeZoneTopology(), 30*time.Second) })
+	t.Run("Distance/DegradedFarFollowerLeaves", func(t *testing.T) { testDegradedFar(t, h) })
+	t.Run("Distance/DegradedBeforeClientStarts", func(t *testing.T) { testStartedDegraded(t, h) })
 	t.Run("LinearizableUnderLeaderChange", func(t *testing.T) { testLinearizable(t, h, router.Hybrid, leaderChangeFault) })
 	t.Run("LinearizableUnderDegradedMember", func(t *testing.T) { testLinearizable(t, h, router.Hybrid, degradedFault) })
 	// Beyond the paper: hybrid's variants keep its promises.

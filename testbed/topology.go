@@ -63,6 +63,15 @@ func DefaultTopology(members int) Topology {
 	return Topology{ClientZone: "a", Zones: zones, SameZone: Duration(250 * time.Microsecond), CrossZone: Duration(time.Millisecond), Jitter: 0.1}
 }
 
+// ThreeZoneTopology puts each of three members in a zone of its own: the
+// client and follower m0 in zone a, the leader m1 in zone b, follower m2 in
+// zone c. The median member is a far one, and the leader is one zone away.
+func ThreeZoneTopology() Topology {
+	t := DefaultTopology(3)
+	t.Zones, t.Leader = []string{"a", "b", "c"}, 1
+	return t
+}
+
 // FlatTopology has no injected delay at all.
 func FlatTopology(members int) Topology {
 	t := DefaultTopology(members)

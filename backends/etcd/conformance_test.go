@@ -33,6 +33,12 @@ func (harness) NewCluster(t *testing.T, size int) conformance.Cluster {
 	return cluster{startCluster(t, testbed.DefaultTopology(size))}
 }
 
+var _ conformance.TopologyHarness = harness{}
+
+func (harness) NewClusterOn(t *testing.T, topo testbed.Topology) conformance.Cluster {
+	return cluster{startCluster(t, topo)}
+}
+
 func (harness) Connect(endpoints []string, policy string) (conformance.Client, error) {
 	cli, err := etcd.New(clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop(), DialTimeout: conformance.ConnectTimeout}, etcd.WithPolicy(policy))
 	if err != nil {

@@ -33,6 +33,12 @@ func (harness) NewCluster(t *testing.T, size int) conformance.Cluster {
 	return cluster{testbed.StartZKT(t, testbed.ZKOptions{Topology: testbed.DefaultTopology(size)})}
 }
 
+var _ conformance.TopologyHarness = harness{}
+
+func (harness) NewClusterOn(t *testing.T, topo testbed.Topology) conformance.Cluster {
+	return cluster{testbed.StartZKT(t, testbed.ZKOptions{Topology: topo})}
+}
+
 func (harness) Connect(endpoints []string, policy string) (conformance.Client, error) {
 	servers := make([]string, len(endpoints))
 	for i, ep := range endpoints {

@@ -1,0 +1,131 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/oproute/oproute/router"
+	"github.com/oproute/oproute/testbed"
+)
+
+// TopologyHarness is implemented by harnesses that start clusters on a
+// topology other than the default.
+type TopologyHarness interface {
+	NewClusterOn(t *testing.T, topo testbed.Topology) Cluster
+}
+
+// Distance is topology, not failure: the properties below check that a
+// healthy member in a farther zone keeps its share of reads at load, and
+// that a grey failure is still ejected wherever the member is.
+
+// busyWorkers is the closed-loop load that makes a far member's reads pay
+// its distance twice over queueing: with three members it saturates both
+// cores of the test machine.
+const busyWorkers = 32
+
+func clusterOn(t *testing.T, h Harness, topo testbed.Topology) Cluster {
+	th, ok := h.(TopologyHarness)
+	if !ok {
+		t.Fatalf("%T does not implement TopologyHarness", h)
+	}
+	return th.NewClusterOn(t, topo)
+}
+
+// testFarMemberKept runs busyWorkers closed-loop workers, 80/20, for window
+// on a healthy cluster: nobody leaves the read pool, and every member
+// serves between 0.23 and 0.43 of the linearizable reads by its own count.
+func testFarMemberKept(t *testing.T, h Harness, topo testbed.Topology, window time.Duration) {
+	c := clusterOn(t, h, topo)
+	cli := connect(t, h, c.Endpoints(), router.Hybrid)
+	ctx := context.Background()
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLeaderKnown(t, cli, c, leader)
+	l := startLoad(t, cli, busyWorkers, 0.8, "far")
+	Poll(t, 10*time.Second, "every member judged", func() bool {
+		for _, m := range cli.Stats().Members {
+			if m.Reads() < 100 {
+				return false
+			}
+		}
+		return true
+	})
+	before := servedAll(t, c)
+	end := time.Now().Add(window)
+	for time.Now().Before(end) {
+		for _, m := range cli.Stats().Members {
+			if m.Ejected || m.Ejections > 0 {
+				t.Fatalf("%s (zone %s) left the read pool on a healthy cluster: %+v", m.Member.ID, m.Member.Zone, cli.Stats().Members)
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // sampling the router's state, not synchronising
+	}
+	d := delta(servedAll(t, c), before)
+	l.stop()
+	sh := shares(d, readsOf)
+	t.Logf("zones %v, leader m%d, %d ops, %d errors: read shares by the members' own counts %.3f", topo.Zones, leader, l.ops.Load(), l.errs.Load(), sh)
+	for i, s := range sh {
+		if s < 0.23 || s > 0.43 {
+			t.Errorf("m%d (zone %s) served %.3f of the reads, want within [0.23, 0.43]: %+v", i, topo.Zones[i], s, d)
+		}
+	}
+	if l.ops.Load() < 1000 {
+		t.Fatalf("only %d operations ran", l.ops.Load())
+	}
+}
+
+// testDegradedFar degrades the far follower (zone b in the default
+// topology) under the same busy load: out of the pool within 2 s, under
+// 2 % of reads by its own count after, back after the heal.
+func testDegradedFar(t *testing.T, h Harness) {
+	topo := testbed.DefaultTopology(3)
+	c := clusterOn(t, h, topo)
+	cli := connect(t, h, c.Endpoints(), router.Hybrid)
+	ctx := context.Background()
+	leader, _ := c.Leader(ctx)
+	waitLeaderKnown(t, cli, c, leader)
+	far := 2
+	if topo.Zones[far] == topo.ClientZone || far == leader {
+		t.Fatalf("member %d is not a far follower (zones %v, leader %d)", far, topo.Zones, leader)
+	}
+	startLoad(t, cli, busyWorkers, 0.8, "degradedfar")
+	Poll(t, 10*time.Second, "reads reach the far member", func() bool { return cli.Stats().Members[far].Reads() > 100 })
+
+	c.Degrade(far, 8*time.Millisecond, 2*time.Millisecond)
+	took := Poll(t, 2*time.Second, fmt.Sprintf("degraded far member m%d ejected", far), func() bool { return cli.Stats().Members[far].Ejected })
+	t.Logf("degraded far member ejected within %v", took)
+	before := servedAll(t, c)
+	time.Sleep(2 * time.Second) // a measurement window
+	d := delta(servedAll(t, c), before)
+	if s := shares(d, readsOf); s[far] >= 0.02 {
+		t.Errorf("degraded far member served %.2f%% of reads (server side), want < 2%%: %+v", 100*s[far], d)
+	}
+	c.Degrade(far, 0, 0)
+	took = Poll(t, 10*time.Second, "healed far member rejoins", func() bool {
+		return !cli.Stats().Members[far].Ejected && windowShare(cli, far, 300*time.Millisecond) > 0.15
+	})
+	t.Logf("healed far member rejoined within %v", took)
+}
+
+// testStartedDegraded connects a client while the same-zone follower is
+// already degraded: with no history to compare against, it is ejected
+// within 5 s of the client's start.
+func testStartedDegraded(t *testing.T, h Harness) {
+	c := h.NewCluster(t, 3)
+	ctx := context.Background()
+	leader, _ := c.Leader(ctx)
+	slow := (leader + 1) % 3
+	c.Degrade(slow, 8*time.Millisecond, 2*time.Millisecond)
+	start := time.Now()
+	cli := connect(t, h, c.Endpoints(), router.Hybrid)
+	startLoad(t, cli, 8, 0.8, "starteddegraded")
+	took := Poll(t, 5*time.Second-time.Since(start), fmt.Sprintf("m%d, degraded before the client started, ejected", slow), func() bool {
+		return cli.Stats().Members[slow].Ejected
+	})
+	t.Logf("ejected %v after the client started", time.Since(start))
+	_ = took
+}
