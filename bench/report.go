@@ -125,7 +125,7 @@ func LoadComparisons(path string) ([]*Comparison, error) {
 	if err := json.Unmarshal(data, &results); err != nil {
 		return nil, fmt.Errorf("bench: %s: %w", path, err)
 	}
-	defs := scenarioDefs()
+	defs := scenarioDefs(layoutOf(nil))
 	var comps []*Comparison
 	byKey := map[[2]string]*Comparison{}
 	for _, r := range results {

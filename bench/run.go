@@ -44,6 +44,9 @@ type Result struct {
 	// Server side: what each member counted itself (nil if unavailable).
 	ServerReadsByMember  []uint64 `json:"server_reads_by_member,omitempty"`
 	ServerWritesByMember []uint64 `json:"server_writes_by_member,omitempty"`
+	// EjectionsByMember counts, per member, the router's ejections from
+	// the read pool during the window (nil for clients without a router).
+	EjectionsByMember []uint64 `json:"ejections_by_member,omitempty"`
 
 	// CPU seconds per second of measurement: the client process (with the
 	// test bed's proxies) and all member processes together.
@@ -224,6 +227,7 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 		a, b := statsAfter.Members[i], statsBefore.Members[i]
 		r.ReadsByMember = append(r.ReadsByMember, a.Reads()-b.Reads())
 		r.WritesByMember = append(r.WritesByMember, a.Ops[0]-b.Ops[0])
+		r.EjectionsByMember = append(r.EjectionsByMember, a.Ejections-b.Ejections)
 	}
 	if servedBefore != nil && servedAfter != nil {
 		for i := range servedAfter {

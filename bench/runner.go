@@ -115,7 +115,7 @@ type plannedScenario struct {
 
 // plan resolves a scenario against the options.
 func (r *Runner) plan(name string) (plannedScenario, error) {
-	def := scenarioDefs()[name]
+	def := scenarioDefs(layoutOf(r.opts.Topology))[name]
 	ps := plannedScenario{def: def, nodes: r.opts.Nodes, policies: def.policies, baseline: def.baseline, variants: def.variants, trials: r.opts.Trials, workload: r.opts.Workload, backend: r.opts.Backend}
 	if def.backend != "" && def.backend != r.opts.Backend.Name() {
 		if len(r.opts.Endpoints) > 0 {

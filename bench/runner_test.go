@@ -209,7 +209,7 @@ func TestPlanBackends(t *testing.T) {
 
 // TestReplotRoundTrip: tables redrawn from results.json match the run's.
 func TestReplotRoundTrip(t *testing.T) {
-	def := scenarioDefs()[ScenarioTail]
+	def := scenarioDefs(layoutOf(nil))[ScenarioTail]
 	c := &Comparison{Scenario: ScenarioTail, Variant: "80/20", Baseline: router.Hybrid, Policies: []string{router.Hybrid, HybridHedge},
 		Metrics: def.metrics(3), Notes: def.notes, Trials: map[string][]Result{}}
 	for k := range 2 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/oproute/oproute/router"
+	"github.com/oproute/oproute/testbed"
 )
 
 // Scenario names.
@@ -85,8 +86,33 @@ func standardMetrics(leader int) func(int) []Metric {
 	}
 }
 
-// degradedMember is the same-zone follower of the default topology.
-const degradedMember = 1
+// layout is where a scenario's roles sit on the topology in effect.
+type layout struct {
+	leader int // the member the test bed moves leadership to
+	// sameZoneFollower is the follower in the client's zone (the one the
+	// degraded and tail scenarios slow), or the leader's successor if no
+	// follower shares the client's zone.
+	sameZoneFollower int
+}
+
+// layoutOf reads the roles off topo (nil: the default topology).
+func layoutOf(topo *testbed.Topology) layout {
+	t := testbed.DefaultTopology(3)
+	if topo != nil {
+		t = *topo
+	}
+	l := layout{leader: max(t.Leader, 0), sameZoneFollower: -1}
+	for i, z := range t.Zones {
+		if i != l.leader && z == t.ClientZone {
+			l.sameZoneFollower = i
+			break
+		}
+	}
+	if l.sameZoneFollower < 0 {
+		l.sameZoneFollower = (l.leader + 1) % len(t.Zones)
+	}
+	return l
+}
 
 // degrade returns a scenario step that sets member i's extra delay.
 func degrade(i int, delay, jitter time.Duration) func(context.Context, Cluster) error {
@@ -96,19 +122,20 @@ func degrade(i int, delay, jitter time.Duration) func(context.Context, Cluster) 
 	}
 }
 
-func scenarioDefs() map[string]scenarioDef {
+func scenarioDefs(l layout) map[string]scenarioDef {
+	degradedMember := l.sameZoneFollower
 	defs := []scenarioDef{
 		{
 			name: ScenarioQuick, section: "IV-C", desc: "healthy 3-node cluster, 80/20: round_robin vs hybrid (and boltzmann)",
 			policies: []string{Stock, Pinned, router.RoundRobin, router.Hybrid, router.Boltzmann}, baseline: Stock,
-			variants: []variant{mix(0.8)}, metrics: standardMetrics(0),
+			variants: []variant{mix(0.8)}, metrics: standardMetrics(l.leader),
 		},
 		{
 			name: ScenarioHealthy, section: "IV-C, Table II", desc: "healthy 3-node cluster, 80/20 and 50/50, with the oracle floor and hybrid's variants",
 			policies: []string{Stock, Pinned, router.RoundRobin, router.Hybrid, router.Boltzmann, Oracle, HybridP2C, HybridHedge}, baseline: Stock,
 			variants: []variant{mix(0.8), mix(0.5)},
 			metrics: func(int) []Metric {
-				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberWriteShare(0), ExtraReads, ClientCPU, ServerCPU}
+				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberWriteShare(l.leader), ExtraReads, ClientCPU, ServerCPU}
 			},
 		},
 		{
@@ -121,11 +148,11 @@ func scenarioDefs() map[string]scenarioDef {
 			notes: []string{"Paced at a fixed rate well below saturation (about 40 % of what 8 closed-loop workers reach), so latencies are service times, not CPU queueing; stock clientv3 has one connection per member whatever the variant says."},
 		},
 		{
-			name: ScenarioDegraded, section: "IV-G, Table III", desc: "+8 ms ± 2 ms on every link of the same-zone follower m1",
+			name: ScenarioDegraded, section: "IV-G, Table III", desc: fmt.Sprintf("+8 ms ± 2 ms on every link of the same-zone follower m%d", degradedMember),
 			policies: []string{Stock, Pinned, router.RoundRobin, router.Hybrid, router.Boltzmann}, baseline: Stock,
 			variants: []variant{mix(0.8)}, faults: true,
 			metrics: func(int) []Metric {
-				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), MemberWriteShare(0), ClientCPU, ServerCPU}
+				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), MemberWriteShare(l.leader), ClientCPU, ServerCPU}
 			},
 			prepare: degrade(degradedMember, 8*time.Millisecond, 2*time.Millisecond),
 			cleanup: degrade(degradedMember, 0, 0),
@@ -134,13 +161,13 @@ func scenarioDefs() map[string]scenarioDef {
 			name: ScenarioFiveNode, section: "IV-H, Table IV", desc: "5 members in 3 zones, 80/20",
 			nodes: 5, fixedNodes: true,
 			policies: []string{Stock, Pinned, router.RoundRobin, router.Hybrid}, baseline: Stock,
-			variants: []variant{mix(0.8)}, metrics: standardMetrics(0),
+			variants: []variant{mix(0.8)}, metrics: standardMetrics(l.leader),
 		},
 		{
 			name: ScenarioLoadSweep, section: "IV-I, Figure 6", desc: "5 members, 80/20, 128/256/512 workers",
 			nodes: 5, fixedNodes: true,
 			policies: []string{Stock, Pinned, router.RoundRobin, router.Hybrid}, baseline: Stock,
-			variants: []variant{workers(128), workers(256), workers(512)}, metrics: standardMetrics(0),
+			variants: []variant{workers(128), workers(256), workers(512)}, metrics: standardMetrics(l.leader),
 			notes: []string{"Two cores host the client, the proxies and five members: these worker counts saturate them, so the sweep shows behaviour under overload."},
 		},
 		{
@@ -169,7 +196,7 @@ func scenarioDefs() map[string]scenarioDef {
 			name: ScenarioZKHealthy, section: "IV-J, Table V", desc: "ZooKeeper 3-node ensemble, 80/20: round_robin, boltzmann, hybrid",
 			backend:  "zk",
 			policies: []string{router.RoundRobin, router.Boltzmann, router.Hybrid}, baseline: router.RoundRobin,
-			variants: []variant{mix(0.8)}, metrics: standardMetrics(0),
+			variants: []variant{mix(0.8)}, metrics: standardMetrics(l.leader),
 			notes: []string{"A linearizable read is sync() then the read, two client round trips on the same session; server-side read counts include the syncs."},
 		},
 		{
@@ -178,14 +205,14 @@ func scenarioDefs() map[string]scenarioDef {
 			policies: []string{router.Sticky, router.Hybrid}, baseline: router.Sticky,
 			variants: []variant{mix(0.8)}, faults: true,
 			metrics: func(int) []Metric {
-				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), MemberWriteShare(0), ClientCPU, ServerCPU}
+				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), MemberWriteShare(l.leader), ClientCPU, ServerCPU}
 			},
 			prepare: degrade(degradedMember, 8*time.Millisecond, 2*time.Millisecond),
 			cleanup: degrade(degradedMember, 0, 0),
 			notes:   []string{"sticky is the stock ZooKeeper client's shape: one session on one server (pinned to the same-zone follower, as in the paper), writes forwarded from there."},
 		},
-		tailScenario(ScenarioTail, ""),
-		tailScenario(ScenarioZKTail, "zk"),
+		tailScenario(ScenarioTail, "", degradedMember),
+		tailScenario(ScenarioZKTail, "zk", degradedMember),
 		{
 			name: ScenarioUneven, desc: "members of unequal capacity (CPU quotas 0.6 / 0.2 / 0.6 cores): hybrid vs hybrid+p2c",
 			backend: "etcd", memberCPUs: []float64{0.6, 0.2, 0.6},
@@ -214,9 +241,9 @@ const (
 // tailScenario is the same-zone follower stalling intermittently (SIGSTOP,
 // its proxies frozen with it), fast between stalls, as a JVM in GC pauses
 // or a member compacting: on backend ("": --backend).
-func tailScenario(name, backend string) scenarioDef {
+func tailScenario(name, backend string, degradedMember int) scenarioDef {
 	st := &staller{member: degradedMember}
-	desc := "the same-zone follower m1 freezes (SIGSTOP) for 100–300 ms every 0.3–0.9 s: hybrid, hybrid+hedge, round_robin"
+	desc := fmt.Sprintf("the same-zone follower m%d freezes (SIGSTOP) for 100–300 ms every 0.3–0.9 s: hybrid, hybrid+hedge, round_robin", degradedMember)
 	if backend == "zk" {
 		desc = "ZooKeeper: " + desc
 	}
@@ -365,7 +392,7 @@ func failoverTimes(events []writeEvent, kill, newLeader time.Time, endOfRun time
 
 // Describe lists the scenarios for --help.
 func Describe() string {
-	defs := scenarioDefs()
+	defs := scenarioDefs(layoutOf(nil))
 	var b strings.Builder
 	for _, n := range append([]string{ScenarioQuick}, Scenarios()...) {
 		d := defs[n]
@@ -376,7 +403,7 @@ func Describe() string {
 }
 
 func expand(names []string) ([]string, error) {
-	defs := scenarioDefs()
+	defs := scenarioDefs(layoutOf(nil))
 	var out []string
 	for _, n := range names {
 		if n == ScenarioAll {

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -252,7 +253,34 @@ func (c *Comparison) Markdown() string {
 		b.WriteString(" " + note)
 	}
 	b.WriteString("\n")
+	if e := c.ejections(); e != "" {
+		b.WriteString("\nEjections from the read pool per member (m0/m1/…), by trial: " + e + ".\n")
+	}
 	return b.String()
+}
+
+// ejections lists each routed policy's ejections per member, trial by
+// trial, so that a healthy run that ejects shows at a glance; "" when no
+// policy has a read pool's counts.
+func (c *Comparison) ejections() string {
+	var parts []string
+	for _, p := range c.Policies {
+		var trials []string
+		for _, r := range c.Trials[p] {
+			if r.EjectionsByMember == nil {
+				continue
+			}
+			ms := make([]string, len(r.EjectionsByMember))
+			for i, e := range r.EjectionsByMember {
+				ms[i] = strconv.FormatUint(e, 10)
+			}
+			trials = append(trials, strings.Join(ms, "/"))
+		}
+		if len(trials) > 0 {
+			parts = append(parts, p+" "+strings.Join(trials, " · "))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // paperRef names where a scenario is in the paper, if it is.

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/oproute/oproute/testbed"
 )
 
 func TestSummarize(t *testing.T) {
@@ -103,5 +105,28 @@ func TestWorkloadValidate(t *testing.T) {
 		if err := w.Validate(); err == nil {
 			t.Errorf("case %d: %+v accepted", i, w)
 		}
+	}
+}
+
+func TestLayoutOf(t *testing.T) {
+	if l := layoutOf(nil); l != (layout{leader: 0, sameZoneFollower: 1}) {
+		t.Errorf("default topology: %+v, want leader 0, same-zone follower 1", l)
+	}
+	three := testbed.ThreeZoneTopology()
+	if l := layoutOf(&three); l != (layout{leader: 1, sameZoneFollower: 0}) {
+		t.Errorf("three zones: %+v, want leader 1, same-zone follower 0", l)
+	}
+	if d := scenarioDefs(layoutOf(&three))[ScenarioDegraded]; !strings.Contains(d.desc, "m0") {
+		t.Errorf("degraded on three zones slows %q, want m0", d.desc)
+	}
+}
+
+func TestEjectionsShownPerTrial(t *testing.T) {
+	c := &Comparison{Scenario: "s", Baseline: Stock, Policies: []string{Stock, "hybrid"}, Trials: map[string][]Result{
+		Stock:    {{}, {}},
+		"hybrid": {{EjectionsByMember: []uint64{0, 0, 2}}, {EjectionsByMember: []uint64{0, 1, 0}}},
+	}}
+	if md := c.Markdown(); !strings.Contains(md, "hybrid 0/0/2 · 0/1/0.") || strings.Contains(md, "stock 0") {
+		t.Fatalf("ejections line missing or wrong:\n%s", md)
 	}
 }

@@ -29,6 +29,9 @@ import (
 	"github.com/oproute/oproute/testbed"
 )
 
+// threeZones names testbed.ThreeZoneTopology for --topology.
+const threeZones = "three-zones"
+
 func main() {
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "routebench:", err)
@@ -55,7 +58,7 @@ func run() error {
 	backend := fs.String("backend", "etcd", "store: etcd or zk (ZooKeeper from Debian's zookeeper package); the zk-* scenarios always run on zk")
 	memberCPU := fs.String("member-cpu", "", "cores each test-bed etcd member may use (cgroup quota), as if on its own machine: one value for all, or one per member (0.6,0.2,0.6); none: share the host's")
 	nodes := fs.Int("nodes", 3, "members, for scenarios without a fixed size (3 or 5)")
-	topoFile := fs.String("topology", "", "JSON topology file (zones, one-way delays), replacing the default")
+	topoFile := fs.String("topology", "", "three-zones (each member in a zone of its own: client and m0 in a, the leader m1 in b, m2 in c), or a JSON topology file (zones, one-way delays), replacing the default")
 	endpoints := fs.String("endpoints", "", "comma-separated endpoints of an existing cluster instead of the test bed (no fault injection)")
 	out := fs.String("out", "", "directory for tables.md, results.json, results.csv and PNG figures")
 	cpuProfile := fs.String("cpuprofile", "", "write the client process's CPU profile here")
@@ -114,7 +117,12 @@ func run() error {
 	if *policies != "" {
 		opts.Policies = strings.Split(*policies, ",")
 	}
-	if *topoFile != "" {
+	switch *topoFile {
+	case "":
+	case threeZones:
+		topo := testbed.ThreeZoneTopology()
+		opts.Topology = &topo
+	default:
 		topo, err := testbed.LoadTopology(*topoFile)
 		if err != nil {
 			return err
