@@ -872,11 +872,12 @@ func (c *Conn) Close() {
 	}
 	c.memMu.Unlock()
 	var wg sync.WaitGroup
+	deadline := time.Now().Add(closeWait)
 	for _, s := range sessions {
 		wg.Go(func() {
 			s.gate.open()
-			s.zk.Close()
-			for range s.events { // closed when go-zookeeper's goroutines end
+			if !s.end(deadline) {
+				c.o.logger.Printf("oproute/zk: session %s: go-zookeeper's goroutines did not end within %v of Close", s.name, closeWait)
 			}
 		})
 	}

@@ -115,6 +115,17 @@
 // WithTLS): about 8 probe connections a second per server, however many
 // Conns (with 20 unshared Conns it was 80 a second).
 //
+// Close refuses later calls, and waits at most 3 s for the calls in flight
+// (those whose caller gave up included) and for go-zookeeper's goroutines.
+// The connections the Conn dials report a failed write as written and close
+// themselves, so that go-zookeeper sees the failure once, through the
+// receive side: its sendData answers a failed request itself and leaves it
+// registered, and when that request is the credentials it resends on
+// reconnect, its flushRequests later blocks for ever on the full reply slot
+// (go-zookeeper PR #163). The same fix upstream is a change to sendData:
+// answer a failed write only if the request is still registered (remove it
+// under requestsLock first), or leave the answer to flushRequests.
+//
 // # Recipes and TLS
 //
 // Lock is go-zookeeper's lock recipe on a Conn (go-zookeeper's recipes take

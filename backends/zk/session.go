@@ -112,7 +112,11 @@ func (s *session) addPendingAuth(ctx context.Context) error {
 // credential is added again later, which ZooKeeper takes as a no-op).
 func (s *session) addAuth(ctx context.Context, a authCred) error {
 	ch := make(chan error, 1)
-	go func() { ch <- s.zk.AddAuth(a.scheme, a.auth) }()
+	s.gate.join() // counted in flight until it ends, so that Close waits for it
+	go func() {
+		defer s.gate.leave()
+		ch <- s.zk.AddAuth(a.scheme, a.auth)
+	}()
 	select {
 	case err := <-ch:
 		return err
@@ -175,6 +179,13 @@ func (s *session) Next() (string, bool) {
 	if a == 0 {
 		s.lostAt, s.backoff = now, 10*time.Millisecond
 	}
+	if s.c.closed.Load() || (s.home < 0 && s.c.expired.Load()) {
+		// Closing, or the primary expired (its dialer refuses): ask for
+		// go-zookeeper's retry start, which returns at once once Close has
+		// been called and otherwise waits a second, so that no connect
+		// loop spins through failing dials.
+		return srv.addrs[order[a%n]], true
+	}
 	retry := false
 	if a > 0 && a%n == 0 {
 		select {
@@ -235,6 +246,27 @@ type cappedConn struct {
 	handshakeDone *atomic.Bool
 }
 
+// Write reports a failed write as written and closes the connection, so
+// that the failure reaches go-zookeeper once, through the receive side.
+// go-zookeeper's sendData, when a write fails, fills the request's one-slot
+// reply channel itself and leaves the request registered; when that request
+// is the credentials resent on reconnect (opSetAuth), nothing reads the
+// slot, and the loop's flushRequests then blocks on it for ever, holding
+// requestsLock: the session never redials and its Close never returns
+// (go-zookeeper PR #163, open). Reported this way, the request stays
+// registered with an empty slot, the receive loop ends on the closed
+// connection, and flushRequests answers it once with ErrConnectionClosed —
+// the outcome of a request whose bytes may or may not have left, which is
+// what a caller gets for any cut connection. The same change, made in
+// sendData (fail the request only if it is still registered), would fix it
+// upstream.
+func (c cappedConn) Write(b []byte) (int, error) {
+	if _, err := c.Conn.Write(b); err != nil {
+		c.Conn.Close()
+	}
+	return len(b), nil
+}
+
 func (c cappedConn) SetReadDeadline(t time.Time) error {
 	switch {
 	case t.IsZero():
@@ -249,9 +281,33 @@ func (c cappedConn) SetReadDeadline(t time.Time) error {
 // flight, for at most the drain timeout.
 func (s *session) close() {
 	s.gate.shut(s.c.ctx, 2*time.Second)
-	s.gate.open()
+	s.end(time.Now().Add(closeWait))
+}
+
+// closeWait bounds how long ending a session waits for go-zookeeper: its
+// Close waits up to a second for the server's answer, and its goroutines
+// end once the connection they hold does.
+const closeWait = 3 * time.Second
+
+// end closes the go-zookeeper session, refuses later calls, and waits until
+// deadline at the latest for the calls in flight (go-zookeeper answers them
+// ErrClosing) and for go-zookeeper's goroutines, which close the event
+// channel when they end. It reports whether everything ended in time.
+func (s *session) end(deadline time.Time) bool {
 	s.zk.Close()
-	for range s.events { // closed when go-zookeeper's goroutines end
+	s.gate.close()
+	s.gate.shut(context.Background(), time.Until(deadline))
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	for {
+		select {
+		case _, ok := <-s.events:
+			if !ok {
+				return true
+			}
+		case <-t.C:
+			return false
+		}
 	}
 }
 
@@ -406,17 +462,20 @@ func do[T any](ctx context.Context, s *session, at int, fn func(*zk.Conn) (T, er
 	}
 }
 
-// gate lets requests through a session unless a move holds them back.
+// gate lets requests through a session unless a move holds them back or
+// the session has ended. It counts the calls in flight, the goroutines that
+// outlive their caller's context included.
 type gate struct {
 	mu       sync.Mutex
 	shutc    chan struct{} // non-nil while shut; closed on open
+	closed   bool          // the session ended: enter refuses
 	inflight int
 	drained  chan struct{} // closed when inflight reaches 0 while shut
 }
 
 func (g *gate) enter(ctx context.Context) error {
 	g.mu.Lock()
-	for g.shutc != nil {
+	for g.shutc != nil && !g.closed {
 		c := g.shutc
 		g.mu.Unlock()
 		select {
@@ -426,9 +485,30 @@ func (g *gate) enter(ctx context.Context) error {
 		}
 		g.mu.Lock()
 	}
+	if g.closed {
+		g.mu.Unlock()
+		return zk.ErrClosing
+	}
 	g.inflight++
 	g.mu.Unlock()
 	return nil
+}
+
+// join counts a goroutine in flight whatever the gate's state (credentials
+// being added, started by a call already through the gate).
+func (g *gate) join() {
+	g.mu.Lock()
+	g.inflight++
+	g.mu.Unlock()
+}
+
+// close refuses every later call and lets those held back go (to their
+// refusal).
+func (g *gate) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.open()
 }
 
 func (g *gate) leave() {

@@ -1,0 +1,314 @@
+package zk_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/goleak"
+
+	ozk "github.com/oproute/oproute/backends/zk"
+	"github.com/oproute/oproute/testbed"
+)
+
+// opSetAuth is ZooKeeper's opcode for adding credentials.
+const opSetAuth = 100
+
+// authCutter dials as the default dialer does; once armed, the next write
+// of credentials (a packet whose request header says opSetAuth) fails, as
+// when a reset lands between a reconnect's handshake and go-zookeeper's
+// resending of the session's credentials.
+type authCutter struct {
+	armed atomic.Bool
+	cuts  atomic.Int64
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (d *authCutter) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.conns = append(d.conns, c)
+	d.mu.Unlock()
+	return &authCutConn{Conn: c, d: d}, nil
+}
+
+// kick closes every connection dialed so far: each session reconnects and
+// resends its credentials.
+func (d *authCutter) kick() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.conns {
+		c.Close()
+	}
+	d.conns = nil
+}
+
+type authCutConn struct {
+	net.Conn
+	d *authCutter
+}
+
+func (c *authCutConn) Write(b []byte) (int, error) {
+	// length (4 bytes), xid (4), opcode (4)
+	if len(b) >= 12 && int32(binary.BigEndian.Uint32(b[8:12])) == opSetAuth && c.d.armed.CompareAndSwap(true, false) {
+		c.d.cuts.Add(1)
+		c.Conn.Close()
+		return 0, errors.New("connection reset by peer (injected)")
+	}
+	return c.Conn.Write(b)
+}
+
+// A session whose resent credentials fail to go out recovers, and Close
+// returns: go-zookeeper would otherwise answer that request twice and block
+// for ever on the second answer, holding its request lock (the session never
+// redials, its event channel never closes, Close waits on it).
+func TestFailedCredentialResendDoesNotWedge(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := direct(t, c, 0)
+	if err := admin.AddAuth("digest", []byte("app:secret")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Create("/wedge", []byte("s"), 0, zk.DigestACL(zk.PermAll, "app", "secret")); err != nil {
+		t.Fatal(err)
+	}
+	d := &authCutter{}
+	conn, _, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithDialer(d.dial), ozk.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			conn.Close()
+		}
+	}()
+	if err := conn.AddAuthContext(ctx, "digest", []byte("app:secret")); err != nil {
+		t.Fatal(err)
+	}
+	readAll := func(within time.Duration) error {
+		var err error
+		for _, ep := range c.Endpoints() {
+			octx, cancel := context.WithTimeout(ozk.WithMember(ctx, ep), within)
+			_, _, err = conn.GetContext(octx, "/wedge")
+			cancel()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := readAll(5 * time.Second); err != nil {
+		t.Fatalf("reads before the cut: %v", err)
+	}
+	for range 3 {
+		d.armed.Store(true)
+		d.kick()
+		start := time.Now()
+		var err error
+		for time.Since(start) < 15*time.Second {
+			if err = readAll(2 * time.Second); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("reads through every server 15 s after a failed credential resend (%d cut): %v", d.cuts.Load(), err)
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = conn.SetContext(wctx, "/wedge", []byte("w"), -1)
+		wcancel()
+		if err != nil {
+			t.Fatalf("write after a failed credential resend: %v", err)
+		}
+		t.Logf("recovered %v after the cut", time.Since(start))
+	}
+	if d.cuts.Load() == 0 {
+		t.Fatal("no credential write was cut: the test tested nothing")
+	}
+	done := make(chan struct{})
+	start := time.Now()
+	go func() { conn.Close(); close(done) }()
+	select {
+	case <-done:
+		closed = true
+		t.Logf("Close returned in %v", time.Since(start))
+	case <-time.After(5 * time.Second):
+		closed = true // it is stuck: do not call it again
+		t.Fatal("Close did not return within 5 s")
+	}
+}
+
+// A storm of connection resets: 12 Conns with digest credentials read and
+// write ACL-protected znodes through every server while every server's
+// client links are reset every 150 ms for 30 s. Afterwards every Conn reads
+// through every server and writes within 15 s, no call is refused for
+// missing credentials, every acknowledged write reads back, every Close
+// returns within 5 s, and no goroutine is left.
+func TestResetStormWithCredentials(t *testing.T) {
+	const conns, storm = 12, 30 * time.Second
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	admin := direct(t, c, 0)
+	// The ensemble's goroutines end with t's cleanups, admin's (a plain
+	// go-zookeeper client, which the storm makes reconnect) before the
+	// check: only the Conns' must be gone when the test returns.
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer admin.Close()
+	if err := admin.AddAuth("digest", []byte("app:secret")); err != nil {
+		t.Fatal(err)
+	}
+	acl := zk.DigestACL(zk.PermAll, "app", "secret")
+	if _, err := admin.Create("/storm", nil, 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	eps := c.Endpoints()
+	cs := make([]*ozk.Conn, conns)
+	for i := range cs {
+		conn, _, err := ozk.Connect(eps, sessionTimeout, ozk.WithLogger(quiet{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs[i] = conn
+		if err := conn.AddAuthContext(ctx, "digest", []byte("app:secret")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closed := make([]bool, conns)
+	defer func() {
+		for i, conn := range cs {
+			if !closed[i] {
+				conn.Close()
+			}
+		}
+	}()
+
+	stormCtx, stopStorm := context.WithTimeout(ctx, storm)
+	defer stopStorm()
+	var wg sync.WaitGroup
+	var resets atomic.Int64
+	wg.Go(func() {
+		for stormCtx.Err() == nil {
+			for i := range c.Size() {
+				c.ResetClients(i, true)
+			}
+			resets.Add(1)
+			select {
+			case <-stormCtx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+			for i := range c.Size() {
+				c.ResetClients(i, false)
+			}
+			select {
+			case <-stormCtx.Done():
+			case <-time.After(130 * time.Millisecond):
+			}
+		}
+	})
+	var noAuth, writes atomic.Int64
+	acked := make([]map[string]string, conns)
+	for i, conn := range cs {
+		acked[i] = map[string]string{}
+		wg.Go(func() {
+			for n := 0; stormCtx.Err() == nil; n++ {
+				octx, ocancel := context.WithTimeout(ozk.WithMember(stormCtx, eps[n%len(eps)]), time.Second)
+				_, _, err := conn.GetContext(octx, "/storm")
+				ocancel()
+				if errors.Is(err, zk.ErrNoAuth) {
+					noAuth.Add(1)
+				}
+				path, val := fmt.Sprintf("/storm/c%d-%d", i, n), fmt.Sprintf("v%d", n)
+				wctx, wcancel := context.WithTimeout(stormCtx, time.Second)
+				_, err = conn.CreateContext(wctx, path, []byte(val), 0, acl)
+				wcancel()
+				switch {
+				case err == nil:
+					acked[i][path] = val
+					writes.Add(1)
+				case errors.Is(err, zk.ErrNoAuth):
+					noAuth.Add(1)
+				}
+				select {
+				case <-stormCtx.Done():
+				case <-time.After(20 * time.Millisecond): // a paced client, not a spin on refusals
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d reset rounds, %d acknowledged writes during the storm", resets.Load(), writes.Load())
+
+	recovered := time.Now()
+	for i, conn := range cs {
+		deadline := recovered.Add(15 * time.Second)
+		for {
+			err := func() error {
+				for _, ep := range eps {
+					octx, ocancel := context.WithTimeout(ozk.WithMember(ctx, ep), 2*time.Second)
+					_, _, err := conn.GetContext(octx, "/storm")
+					ocancel()
+					if err != nil {
+						return fmt.Errorf("read via %s: %w", ep, err)
+					}
+				}
+				wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+				defer wcancel()
+				_, err := conn.SetContext(wctx, "/storm", []byte(fmt.Sprint(i)), -1)
+				return err
+			}()
+			if err == nil {
+				break
+			}
+			if errors.Is(err, zk.ErrNoAuth) {
+				noAuth.Add(1)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Conn %d not serving through every server 15 s after the storm: %v", i, err)
+			}
+		}
+	}
+	t.Logf("every Conn read through every server and wrote %v after the storm", time.Since(recovered))
+	if n := noAuth.Load(); n > 0 {
+		t.Errorf("%d calls refused with zk.ErrNoAuth: a session served without its credentials", n)
+	}
+	lost := 0
+	for i := range cs {
+		for path, val := range acked[i] {
+			data, _, err := admin.Get(path)
+			if err != nil || string(data) != val {
+				lost++
+			}
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d acknowledged writes not read back", lost)
+	}
+	var slowest time.Duration
+	for i, conn := range cs {
+		done := make(chan struct{})
+		start := time.Now()
+		go func() { conn.Close(); close(done) }()
+		select {
+		case <-done:
+			closed[i] = true
+			slowest = max(slowest, time.Since(start))
+		case <-time.After(5 * time.Second):
+			closed[i] = true
+			t.Fatalf("Close of Conn %d did not return within 5 s", i)
+		}
+	}
+	t.Logf("slowest Close %v", slowest)
+}
