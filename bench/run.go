@@ -45,7 +45,8 @@ type Result struct {
 	ServerReadsByMember  []uint64 `json:"server_reads_by_member,omitempty"`
 	ServerWritesByMember []uint64 `json:"server_writes_by_member,omitempty"`
 	// EjectionsByMember counts, per member, the router's ejections from
-	// the read pool during the window (nil for clients without a router).
+	// the read pool over the trial, warm-up included (each trial has a
+	// client of its own; nil for clients without a router).
 	EjectionsByMember []uint64 `json:"ejections_by_member,omitempty"`
 
 	// CPU seconds per second of measurement: the client process (with the
@@ -227,7 +228,7 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 		a, b := statsAfter.Members[i], statsBefore.Members[i]
 		r.ReadsByMember = append(r.ReadsByMember, a.Reads()-b.Reads())
 		r.WritesByMember = append(r.WritesByMember, a.Ops[0]-b.Ops[0])
-		r.EjectionsByMember = append(r.EjectionsByMember, a.Ejections-b.Ejections)
+		r.EjectionsByMember = append(r.EjectionsByMember, a.Ejections) // a fresh client per trial: warm-up included
 	}
 	if servedBefore != nil && servedAfter != nil {
 		for i := range servedAfter {

@@ -254,7 +254,7 @@ func (c *Comparison) Markdown() string {
 	}
 	b.WriteString("\n")
 	if e := c.ejections(); e != "" {
-		b.WriteString("\nEjections from the read pool per member (m0/m1/…), by trial: " + e + ".\n")
+		b.WriteString("\nEjections from the read pool per member (m0/m1/…) over each trial, warm-up included: " + e + ".\n")
 	}
 	return b.String()
 }
