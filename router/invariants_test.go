@@ -164,3 +164,27 @@ func TestLongBaseEjectionNeverOverflows(t *testing.T) {
 		prev = d
 	}
 }
+
+// The latency rule must hold EjectRounds rounds in a row: a member whose
+// EWMA crosses the line at one round and not the next (a healthy member's
+// tail) stays; one that stays above it leaves at the EjectRounds-th round.
+func TestEjectRounds(t *testing.T) {
+	tr := newTestRouter(t, Config{EjectRounds: 3})
+	slow := slowMember("m2", 30*time.Millisecond, time.Millisecond)
+	for k := range 10 { // above the line at every other round
+		if k%2 == 0 {
+			tr.run(t, 300, LinearizableRead, slow)
+		} else {
+			tr.run(t, 300, LinearizableRead, flat(time.Millisecond))
+		}
+		tr.probeRound()
+		tr.expectNoneEjected(t, "by a rule that held one round in two")
+	}
+	for round := 1; round <= 3; round++ {
+		tr.run(t, 300, LinearizableRead, slow)
+		tr.probeRound()
+		if got := tr.Stats().Members[2].Ejected; got != (round == 3) {
+			t.Fatalf("after %d rounds above the line m2 ejected=%v, want ejected only at the third", round, got)
+		}
+	}
+}
