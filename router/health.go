@@ -92,6 +92,7 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 		if o.err != nil {
 			h.probeFailures++
 			h.totalProbeFailures++
+			h.slowReadRounds, h.slowProbeRounds = 0, 0 // the run needs rounds in a row it answered
 			continue
 		}
 		h.probeFailures = 0
@@ -103,7 +104,8 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 	}
 	for i := range r.roster().health {
 		h := r.roster().health[i]
-		h.window.push(now, h.readsEnded(), h.readFails.Load(), r.cfg.FailureWindow)
+		fails := h.readFails.Load() // first: a failure counted after it is counted in readsEnded too
+		h.window.push(now, h.readsEnded(), fails, r.cfg.FailureWindow)
 	}
 
 	ro := r.roster()
@@ -155,6 +157,10 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 		}
 	}
 	benched := r.benchedLocked(reachable, leader)
+	// The cap's room goes to the benched first (buildSnapshot would keep
+	// the rest in the pool anyway): a benched member beyond it is judged,
+	// and readmitted, like any member in the pool.
+	benched = benched[:min(len(benched), (len(reachable)-1)/2)]
 	ejected := r.ejectionsLocked(reachable, benched, now)
 	next := r.buildSnapshot(leader, reachable, ejected, benched, sticky)
 	r.eventsLocked(prev, next, leaderUnsure)
@@ -352,6 +358,7 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time) []int 
 	for _, i := range reachable {
 		h := r.roster().health[i]
 		if slices.Contains(benched, i) {
+			h.slowReadRounds, h.slowProbeRounds = 0, 0
 			continue // judged again once its probes recover; an ejection is kept
 		}
 		if h.ejected {
@@ -478,6 +485,9 @@ func (r *Router) ejectLocked(h *memberHealth, now time.Time) {
 func ejectionTime(base, max time.Duration, ejections int) time.Duration {
 	d := base
 	for k := 1; k < ejections && d < max; k++ {
+		if d > max/2 {
+			return max
+		}
 		d *= 2
 	}
 	return min(d, max)

@@ -912,14 +912,13 @@ func (r *Router) buildSnapshot(leader int, reachable, ejected, benched []int, st
 	ro := r.roster()
 	s := &snapshot{leader: leader, reachable: reachable, sticky: sticky, inPool: make([]bool, len(ro.members))}
 	room := (len(reachable) - 1) / 2
-	out := func(from []int, to *[]int) {
+	out := func(from []int, to *[]int) { // kept in precedence order, for the paths that rebuild from it
 		for _, i := range from {
 			if room > 0 && slices.Contains(reachable, i) && !slices.Contains(s.benched, i) && !slices.Contains(s.ejected, i) {
 				*to = append(*to, i)
 				room--
 			}
 		}
-		slices.Sort(*to)
 	}
 	out(benched, &s.benched)
 	out(ejected, &s.ejected)

@@ -184,7 +184,20 @@ func (m *machine) burst(t *rapid.T) {
 	}
 }
 
-func (m *machine) probe(*rapid.T) { m.r.refresh(context.Background()) }
+// probe runs a round; after one, the ejection flags agree with the view: a
+// member flagged ejected is out of the pool (between rounds, Busy may have
+// taken its place for a while).
+func (m *machine) probe(t *rapid.T) {
+	m.r.refresh(context.Background())
+	m.r.mu.Lock()
+	defer m.r.mu.Unlock()
+	s, ro := m.r.snap.Load(), m.r.roster()
+	for _, i := range s.reachable {
+		if ro.health[i].ejected && s.has(i) {
+			t.Fatalf("member %d flagged ejected (%s) but in the read pool after a round", i, ro.health[i].ejectWhy)
+		}
+	}
+}
 
 func (m *machine) change(t *rapid.T) {
 	m.mu.Lock()

@@ -483,6 +483,14 @@ func (c *cluster) ResetClients(i int, on bool) {
 	c.setNet(func(n *netState) { n.Extra[i].ResetClients = on })
 }
 
+// ResetClientsAfterReply makes member i's client link reset each new
+// connection right after the member's first answer reaches the client (for
+// ZooKeeper, the handshake's), while on: a reset that lands between a
+// reconnect's handshake and the client's next request.
+func (c *cluster) ResetClientsAfterReply(i int, on bool) {
+	c.setNet(func(n *netState) { n.Extra[i].ResetClientsAfterReply = on })
+}
+
 // Pause freezes member i's server process (SIGSTOP): its TCP connections
 // stay open and its kernel still accepts new ones; nothing answers. An etcd
 // member's proxies run in its process and freeze with it; a ZooKeeper

@@ -27,8 +27,9 @@ type linkExtra struct {
 	PeerDelay   time.Duration `json:"peer_delay,omitempty"`
 	PeerJitter  time.Duration `json:"peer_jitter,omitempty"`
 	Partitioned bool          `json:"partitioned,omitempty"`
-	// The client link only (ResetClients).
-	ResetClients bool `json:"reset_clients,omitempty"`
+	// The client link only (ResetClients, ResetClientsAfterReply).
+	ResetClients           bool `json:"reset_clients,omitempty"`
+	ResetClientsAfterReply bool `json:"reset_clients_after_reply,omitempty"`
 }
 
 func (s *netState) clone() *netState {
@@ -50,6 +51,8 @@ func (s *netState) clientLink(self int) proxy.Link {
 		Jitter:    time.Duration(s.Topo.Jitter*float64(base)) + x.Jitter,
 		Blackhole: x.Blackhole || s.ClientsCut,
 		Reset:     x.ResetClients,
+
+		ResetAfterReply: x.ResetClientsAfterReply,
 	}
 }
 

@@ -269,8 +269,15 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 			return balancer.PickResult{}, status.Errorf(codes.Unavailable, "oproute: member %s has no ready connection", pick.Member.ID)
 		}
 		// The router has not yet seen this member go: use one that is up.
-		alt := p.ready[(p.next.Add(1)-1)%uint32(len(p.ready))]
-		m, ok := p.r.Member(alt) // alt is a stable index, as Pick.Index
+		// alt is a stable index, as Pick.Index; one retired since this
+		// picker was built is skipped.
+		alt, m, ok := -1, router.Member{}, false
+		for k := range len(p.ready) {
+			alt = p.ready[(int(p.next.Add(1)-1)+k)%len(p.ready)]
+			if m, ok = p.r.Member(alt); ok {
+				break
+			}
+		}
 		if !ok {
 			return balancer.PickResult{}, status.Errorf(codes.Unavailable, "oproute: no ready connection to a current member")
 		}

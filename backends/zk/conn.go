@@ -752,7 +752,7 @@ func (c *Conn) finalErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case c.closed.Load() && (errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrConnectionClosed)):
+	case c.closed.Load() && (errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer)):
 		return ErrClosed
 	case c.expired.Load() && isMemberFault(err):
 		return zk.ErrSessionExpired

@@ -115,8 +115,10 @@
 // WithTLS): about 8 probe connections a second per server, however many
 // Conns (with 20 unshared Conns it was 80 a second).
 //
-// Close refuses later calls, and waits at most 3 s for the calls in flight
-// (those whose caller gave up included) and for go-zookeeper's goroutines.
+// Close refuses later calls, and waits, once go-zookeeper's own Close has
+// returned (up to a second, for the server's answer), at most 3 s for the
+// calls in flight (those whose caller gave up included) and for
+// go-zookeeper's goroutines.
 // The connections the Conn dials report a failed write as written and close
 // themselves, so that go-zookeeper sees the failure once, through the
 // receive side: its sendData answers a failed request itself and leaves it

@@ -229,7 +229,7 @@ func (s *session) dial(network, addr string, timeout time.Duration) (net.Conn, e
 	s.conn = conn
 	s.connMu.Unlock()
 	s.cur.Store(int32(s.c.servers().byAddr[addr]))
-	return cappedConn{conn, max(s.c.sessionTimeout, 2*time.Second), new(atomic.Bool)}, nil
+	return cappedConn{conn, max(s.c.sessionTimeout, 2*time.Second), new(atomic.Bool), new(atomic.Bool)}, nil
 }
 
 // cappedConn caps the handshake's read deadline at the session timeout (at
@@ -244,6 +244,7 @@ type cappedConn struct {
 	net.Conn
 	max           time.Duration
 	handshakeDone *atomic.Bool
+	writeFailed   *atomic.Bool // a write failed: see Write
 }
 
 // Write reports a failed write as written and closes the connection, so
@@ -260,8 +261,16 @@ type cappedConn struct {
 // what a caller gets for any cut connection. The same change, made in
 // sendData (fail the request only if it is still registered), would fix it
 // upstream.
+//
+// Only the first failure is reported so: later writes on the closed
+// connection fail as usual, so that go-zookeeper's send loop stops there and
+// leaves the requests it has not taken for the next connection.
 func (c cappedConn) Write(b []byte) (int, error) {
+	if c.writeFailed.Load() {
+		return 0, net.ErrClosed
+	}
 	if _, err := c.Conn.Write(b); err != nil {
+		c.writeFailed.Store(true)
 		c.Conn.Close()
 	}
 	return len(b), nil

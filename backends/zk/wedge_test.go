@@ -152,7 +152,8 @@ func TestFailedCredentialResendDoesNotWedge(t *testing.T) {
 
 // A storm of connection resets: 12 Conns with digest credentials read and
 // write ACL-protected znodes through every server while every server's
-// client links are reset every 150 ms for 30 s. Afterwards every Conn reads
+// client links are reset every 150 ms for 30 s, and in the second half each
+// new connection is also reset right after its handshake's answer. Afterwards every Conn reads
 // through every server and writes within 15 s, no call is refused for
 // missing credentials, every acknowledged write reads back, every Close
 // returns within 5 s, and no goroutine is left.
@@ -200,7 +201,18 @@ func TestResetStormWithCredentials(t *testing.T) {
 	var wg sync.WaitGroup
 	var resets atomic.Int64
 	wg.Go(func() {
+		half := time.Now().Add(storm / 2)
+		cutting := false
 		for stormCtx.Err() == nil {
+			if !cutting && time.Now().After(half) {
+				// The second half: each new connection is also reset right
+				// after its handshake's answer, where a session with
+				// credentials resends them.
+				cutting = true
+				for i := range c.Size() {
+					c.ResetClientsAfterReply(i, true)
+				}
+			}
 			for i := range c.Size() {
 				c.ResetClients(i, true)
 			}
@@ -216,6 +228,9 @@ func TestResetStormWithCredentials(t *testing.T) {
 			case <-stormCtx.Done():
 			case <-time.After(130 * time.Millisecond):
 			}
+		}
+		for i := range c.Size() {
+			c.ResetClientsAfterReply(i, false)
 		}
 	})
 	var noAuth, writes atomic.Int64

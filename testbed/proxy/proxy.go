@@ -55,6 +55,11 @@ type Link struct {
 	// reset on accept. Set on either direction, it resets the connection;
 	// it wins over Blackhole.
 	Reset bool
+	// ResetAfterReply resets each connection right after the first bytes
+	// from the target have reached the dialer, as a reset that lands
+	// between a handshake's answer and the client's next request. Read on
+	// the downstream direction.
+	ResetAfterReply bool
 }
 
 // Direction of a chunk.
@@ -346,6 +351,8 @@ type chunk struct {
 	data []byte
 	buf  *[]byte // pooled backing array of data, nil if not pooled
 	due  int64   // CLOCK_MONOTONIC nanoseconds
+	// after, when set, runs once the chunk is written (ResetAfterReply).
+	after func()
 }
 
 // chunkSize is the most one read takes; buffers are pooled because a
@@ -373,6 +380,7 @@ func (p *Proxy) pipe(dst, src net.Conn, f *flow, key string, dir Direction, firs
 	}()
 
 	var last int64
+	replied := false // a downstream chunk has gone out
 	enqueue := func(b []byte, buf *[]byte) bool {
 		link := p.shape(key, dir)
 		if link.Reset {
@@ -414,8 +422,13 @@ func (p *Proxy) pipe(dst, src net.Conn, f *flow, key string, dir Direction, firs
 		}
 		due := max(now+int64(max(d, 0)), last)
 		last = due
+		c := chunk{data: b, buf: buf, due: due}
+		if dir == Downstream && link.ResetAfterReply && !replied {
+			c.after = func() { p.reset(f) }
+		}
+		replied = replied || dir == Downstream
 		select {
-		case queue <- chunk{data: b, buf: buf, due: due}:
+		case queue <- c:
 			return true
 		case <-done:
 			return false
@@ -509,6 +522,9 @@ func (p *Proxy) writeLoop(dst net.Conn, queue <-chan chunk) {
 		}
 		for _, b := range batch {
 			release(b)
+			if b.after != nil && !failed {
+				b.after()
+			}
 		}
 	}
 }

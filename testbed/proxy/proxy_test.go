@@ -319,3 +319,27 @@ func TestStallHoldsThenDelivers(t *testing.T) {
 		t.Fatal("bytes held across the stall arrived changed: a stall must lose nothing")
 	}
 }
+
+// TestResetAfterReply: a connection's first answer gets through, then the
+// connection is reset; connections that had their answer before the link
+// said so are left alone.
+func TestResetAfterReply(t *testing.T) {
+	target := echoServer(t)
+	var on atomic.Bool
+	p := startProxy(t, Config{Target: target, Shape: func(_ string, dir Direction) Link {
+		return Link{ResetAfterReply: on.Load()}
+	}})
+	old := dial(t, p.Addr())
+	roundTrips(t, old, 1)
+	on.Store(true)
+	fresh := dial(t, p.Addr())
+	roundTrips(t, fresh, 1) // the first answer arrives
+	fresh.SetReadDeadline(time.Now().Add(time.Second))
+	fresh.Write([]byte{1})
+	if _, err := fresh.Read(make([]byte, 1)); !isReset(err) {
+		t.Errorf("after its first answer: %v, want a reset", err)
+	}
+	roundTrips(t, old, 3) // answered before: untouched
+	on.Store(false)
+	roundTrips(t, dial(t, p.Addr()), 3)
+}
