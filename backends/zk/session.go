@@ -46,6 +46,11 @@ type session struct {
 	// session has added (written under authSem, read without it).
 	authSem chan struct{}
 	authed  atomic.Int32
+
+	// calls counts the goroutines that run a call to go-zookeeper on behalf
+	// of a caller that may have given up (do, addAuth): Close waits for
+	// them. Only its join, leave and shut are used.
+	calls gate
 }
 
 func (c *Conn) newSession(name string, home int, onEvent zk.EventCallback) (*session, error) {
@@ -112,9 +117,9 @@ func (s *session) addPendingAuth(ctx context.Context) error {
 // credential is added again later, which ZooKeeper takes as a no-op).
 func (s *session) addAuth(ctx context.Context, a authCred) error {
 	ch := make(chan error, 1)
-	s.gate.join() // counted in flight until it ends, so that Close waits for it
+	s.calls.join() // so that Close waits for it
 	go func() {
-		defer s.gate.leave()
+		defer s.calls.leave()
 		ch <- s.zk.AddAuth(a.scheme, a.auth)
 	}()
 	select {
@@ -299,21 +304,23 @@ func (s *session) close() {
 const closeWait = 3 * time.Second
 
 // end closes the go-zookeeper session, refuses later calls, and waits until
-// deadline at the latest for the calls in flight (go-zookeeper answers them
-// ErrClosing) and for go-zookeeper's goroutines, which close the event
-// channel when they end. It reports whether everything ended in time.
+// deadline at the latest for go-zookeeper's goroutines, which close the
+// event channel when they end (having answered every request in flight
+// ErrClosing), and then for the goroutines that ran those requests for
+// callers that gave up. It reports whether everything ended in time.
 func (s *session) end(deadline time.Time) bool {
 	s.zk.Close()
 	s.gate.close()
-	s.gate.shut(context.Background(), time.Until(deadline))
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	for {
 		select {
 		case _, ok := <-s.events:
-			if !ok {
-				return true
+			if ok {
+				continue
 			}
+			s.calls.shut(context.Background(), time.Until(deadline))
+			return s.calls.idle()
 		case <-t.C:
 			return false
 		}
@@ -458,7 +465,9 @@ func do[T any](ctx context.Context, s *session, at int, fn func(*zk.Conn) (T, er
 		err error
 	}
 	ch := make(chan result, 1)
+	s.calls.join() // it may outlive its caller: Close waits for it
 	go func() {
+		defer s.calls.leave()
 		defer s.gate.leave()
 		v, err := fn(s.zk)
 		ch <- result{v, err}
@@ -503,8 +512,14 @@ func (g *gate) enter(ctx context.Context) error {
 	return nil
 }
 
-// join counts a goroutine in flight whatever the gate's state (credentials
-// being added, started by a call already through the gate).
+// idle reports whether nothing is in flight.
+func (g *gate) idle() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.inflight == 0
+}
+
+// join counts a goroutine in flight whatever the gate's state.
 func (g *gate) join() {
 	g.mu.Lock()
 	g.inflight++
