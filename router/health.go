@@ -156,13 +156,13 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 			}
 		}
 	}
-	benched := r.benchedLocked(reachable, leader)
-	// The cap's room goes to the benched first (buildSnapshot would keep
-	// the rest in the pool anyway): a benched member beyond it is judged,
-	// and readmitted, like any member in the pool.
-	benched = benched[:min(len(benched), (len(reachable)-1)/2)]
+	unfit := r.benchedLocked(reachable, leader)
+	// The cap's room goes to the benched first (buildSnapshot keeps the
+	// rest in the pool): a benched member beyond it is judged, and
+	// readmitted, like any member in the pool.
+	benched := unfit[:min(len(unfit), (len(reachable)-1)/2)]
 	ejected := r.ejectionsLocked(reachable, benched, now)
-	next := r.buildSnapshot(leader, reachable, ejected, benched, sticky)
+	next := r.buildSnapshot(leader, reachable, ejected, unfit, sticky)
 	r.eventsLocked(prev, next, leaderUnsure)
 	r.snap.Store(next)
 	r.rounds.Add(1)

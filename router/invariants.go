@@ -20,7 +20,7 @@ func (r *Router) checkInvariants() error {
 			live++
 		}
 	}
-	sets := map[string][]int{"reachable": s.reachable, "pool": s.pool, "local": s.local, "ejected": s.ejected, "benched": s.benched, "serving": s.serving}
+	sets := map[string][]int{"reachable": s.reachable, "pool": s.pool, "local": s.local, "ejected": s.ejected, "benched": s.benched, "serving": s.serving, "unfit": s.unfit}
 	for name, set := range sets {
 		for _, i := range set {
 			if i < 0 || i >= n {
@@ -51,6 +51,11 @@ func (r *Router) checkInvariants() error {
 	}
 	if out := len(s.ejected) + len(s.benched); out > (len(s.reachable)-1)/2 {
 		return fmt.Errorf("minority cap: %d of %d reachable members out of the pool (ejected %v, benched %v)", out, len(s.reachable), s.ejected, s.benched)
+	}
+	for _, i := range s.benched {
+		if !slices.Contains(s.unfit, i) {
+			return fmt.Errorf("member %d benched but not unfit", i)
+		}
 	}
 	for _, i := range s.pool {
 		if slices.Contains(s.ejected, i) || slices.Contains(s.benched, i) || !s.has(i) {

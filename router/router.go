@@ -135,9 +135,13 @@ type snapshot struct {
 	local     []int // pool members in the client's zone
 	ejected   []int // out of the read pool on reads' evidence: they get the probe share
 	benched   []int // out of the read pool on probes' evidence: no reads at all
-	serving   []int // reachable and not benched: where leader-bound calls fall back
-	sticky    int   // the sticky policy's member
-	inPool    []bool
+	// unfit are the reachable members whose probes bench them, beyond the
+	// cap too: they keep their place in the read pool when the cap says so,
+	// but they hold no sessions or streams (Serves).
+	unfit   []int
+	serving []int // reachable and not unfit: where leader-bound calls fall back
+	sticky  int   // the sticky policy's member
+	inPool  []bool
 }
 
 // New validates cfg, starts probing the members in the background and
@@ -620,7 +624,7 @@ func (r *Router) Reachable(idx int) bool {
 // serves; backends move streams only off members that do not.
 func (r *Router) Serves(idx int) bool {
 	s := r.snap.Load()
-	return slices.Contains(s.reachable, idx) && !slices.Contains(s.benched, idx)
+	return slices.Contains(s.serving, idx)
 }
 
 // WaitProbed waits until the leader is known or every member has answered
@@ -877,7 +881,7 @@ func (r *Router) SetMembers(ms []Member) error {
 	if ro.retired[sticky] {
 		sticky = reachable[0]
 	}
-	r.snap.Store(r.buildSnapshot(leader, reachable, slices.DeleteFunc(slices.Clone(s.ejected), func(i int) bool { return ro.retired[i] }), slices.DeleteFunc(slices.Clone(s.benched), func(i int) bool { return ro.retired[i] }), sticky))
+	r.snap.Store(r.buildSnapshot(leader, reachable, slices.DeleteFunc(slices.Clone(s.ejected), func(i int) bool { return ro.retired[i] }), slices.DeleteFunc(slices.Clone(s.unfit), func(i int) bool { return ro.retired[i] }), sticky))
 	r.mu.Unlock()
 	r.Refresh()
 	return nil
@@ -896,7 +900,7 @@ func (r *Router) forgetLeader(idx int) {
 	}
 	h := r.roster().health[idx]
 	h.forgotten, h.forgottenAt = true, r.forgets.Add(1)
-	r.snap.Store(r.buildSnapshot(-1, s.reachable, s.ejected, s.benched, s.sticky))
+	r.snap.Store(r.buildSnapshot(-1, s.reachable, s.ejected, s.unfit, s.sticky))
 	r.mu.Unlock()
 	r.Refresh()
 }
@@ -904,7 +908,8 @@ func (r *Router) forgetLeader(idx int) {
 // buildSnapshot assembles a snapshot; it is the only place one is built,
 // so the minority cap holds on every path (probe rounds, Busy, SetMembers,
 // forgetLeader). benched and ejected name the members out of the read pool
-// in order of precedence (benchedLocked puts busy members first,
+// in order of precedence (benched ones beyond the cap stay in the pool but
+// are unfit: they hold no sessions or streams) (benchedLocked puts busy members first,
 // ejectionsLocked the most severe first); members not reachable are
 // dropped. Of the n reachable members at most ⌊(n−1)/2⌋ are kept out, the
 // first in that order: the rest stay in the pool, which is so never empty.
@@ -923,7 +928,9 @@ func (r *Router) buildSnapshot(leader int, reachable, ejected, benched []int, st
 	out(benched, &s.benched)
 	out(ejected, &s.ejected)
 	for _, i := range reachable {
-		if !slices.Contains(s.benched, i) {
+		if slices.Contains(benched, i) {
+			s.unfit = append(s.unfit, i)
+		} else {
 			s.serving = append(s.serving, i)
 		}
 		if !slices.Contains(s.benched, i) && !slices.Contains(s.ejected, i) {

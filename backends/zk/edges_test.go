@@ -171,13 +171,7 @@ func TestAddAuthOnEverySession(t *testing.T) {
 	c := testbed.StartZKT(t, testbed.ZKOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	admin := direct(t, c, 0)
-	if err := admin.AddAuth("digest", []byte("app:secret")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Create("/secret", []byte("s"), 0, zk.DigestACL(zk.PermAll, "app", "secret")); err != nil {
-		t.Fatal(err)
-	}
+	aclNode(t, c, "/secret")
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { // reset one server's client links now and then

@@ -77,13 +77,7 @@ func TestFailedCredentialResendDoesNotWedge(t *testing.T) {
 	c := testbed.StartZKT(t, testbed.ZKOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	admin := direct(t, c, 0)
-	if err := admin.AddAuth("digest", []byte("app:secret")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Create("/wedge", []byte("s"), 0, zk.DigestACL(zk.PermAll, "app", "secret")); err != nil {
-		t.Fatal(err)
-	}
+	aclNode(t, c, "/wedge")
 	d := &authCutter{}
 	conn, _, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithDialer(d.dial), ozk.WithLogger(quiet{}))
 	if err != nil {
@@ -162,19 +156,13 @@ func TestResetStormWithCredentials(t *testing.T) {
 	c := testbed.StartZKT(t, testbed.ZKOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	admin := direct(t, c, 0)
+	admin := aclNode(t, c, "/storm")
 	// The ensemble's goroutines end with t's cleanups, admin's (a plain
 	// go-zookeeper client, which the storm makes reconnect) before the
 	// check: only the Conns' must be gone when the test returns.
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	defer admin.Close()
-	if err := admin.AddAuth("digest", []byte("app:secret")); err != nil {
-		t.Fatal(err)
-	}
 	acl := zk.DigestACL(zk.PermAll, "app", "secret")
-	if _, err := admin.Create("/storm", nil, 0, acl); err != nil {
-		t.Fatal(err)
-	}
 	eps := c.Endpoints()
 	cs := make([]*ozk.Conn, conns)
 	for i := range cs {
@@ -326,4 +314,19 @@ func TestResetStormWithCredentials(t *testing.T) {
 		}
 	}
 	t.Logf("slowest Close %v", slowest)
+}
+
+// aclNode creates path readable and writable only with the digest
+// credentials app:secret, and returns the plain go-zookeeper client (to
+// server 0, holding them) that created it.
+func aclNode(t *testing.T, c *testbed.ZKCluster, path string) *zk.Conn {
+	t.Helper()
+	admin := direct(t, c, 0)
+	if err := admin.AddAuth("digest", []byte("app:secret")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Create(path, []byte("s"), 0, zk.DigestACL(zk.PermAll, "app", "secret")); err != nil {
+		t.Fatal(err)
+	}
+	return admin
 }
