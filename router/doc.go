@@ -73,7 +73,9 @@
 //   - at most a minority, ⌊(n−1)/2⌋ of the n reachable members, is out of the
 //     read pool, ejected, benched and busy together: one function builds every
 //     snapshot and applies the cap, keeping the most urgent out (busy first,
-//     then benched, then the most severe ejections);
+//     then benched, then the most severe ejections). A member whose probes
+//     bench it beyond the cap stays in the read pool but holds no sessions
+//     or streams and takes no leader-bound fallback (Serves is false);
 //   - the read pool is never empty while a member is reachable, and a member
 //     is reachable while any is not retired;
 //   - a retired member is never picked (but by WithMember naming it) nor
