@@ -137,6 +137,10 @@ func WithEventLogger(l *slog.Logger) Option { return func(o *options) { o.events
 const (
 	EventSessionMoved   = "zk_session_moved"   // a session was established on another server (attrs from, to)
 	EventSessionExpired = "zk_session_expired" // ZooKeeper expired a session (the primary's: its ephemerals are gone)
+	// A session had no server for longer than its timeout (the primary:
+	// twice that) while servers answered: replaced (a member session) or
+	// treated as expired (the primary); attrs session, without_server.
+	EventSessionWedged = "zk_session_wedged"
 )
 
 // WithLogger sets go-zookeeper's logger. Default: the standard logger.
@@ -346,6 +350,7 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 		}
 		time.Sleep(time.Millisecond)
 	}
+	c.bg.Go(c.watchSessions)
 	if o.trackEnsemble {
 		c.bg.Go(c.trackEnsemble)
 	}
@@ -574,6 +579,22 @@ func (c *Conn) sessionFor(idx int) (*session, error) {
 	}
 	c.mem[idx] = s
 	return s, nil
+}
+
+// watching marks the session behind z as one that may hold watches (see
+// replyHold), before the call that may leave one.
+func (c *Conn) watching(z *zk.Conn) {
+	if c.primary.zk == z {
+		c.primary.watching.Store(true)
+		return
+	}
+	c.memMu.Lock()
+	defer c.memMu.Unlock()
+	for _, s := range c.mem {
+		if s != nil && s.zk == z {
+			s.watching.Store(true)
+		}
+	}
 }
 
 func (c *Conn) check(ctx context.Context) error {
@@ -863,17 +884,9 @@ func (c *Conn) Close() {
 	c.r.Close() // no more probe rounds, so no more moves start
 	c.bg.Wait()
 	c.releaseProbes()
-	c.memMu.Lock()
-	sessions := []*session{c.primary}
-	for _, s := range c.mem {
-		if s != nil {
-			sessions = append(sessions, s)
-		}
-	}
-	c.memMu.Unlock()
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(closeWait)
-	for _, s := range sessions {
+	for _, s := range c.sessions() {
 		wg.Go(func() {
 			s.gate.open()
 			if !s.end(deadline) {

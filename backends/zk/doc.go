@@ -127,6 +127,25 @@
 // (go-zookeeper PR #163). The same fix upstream is a change to sendData:
 // answer a failed write only if the request is still registered (remove it
 // under requestsLock first), or leave the answer to flushRequests.
+// On a session that has set a watch, a connection also hands go-zookeeper
+// no reply carrying a zxid before go-zookeeper has sent the request that
+// re-registers the watches: its loop reads lastZxid for that request while
+// its receive loop, already running, writes it for the replies to calls
+// that waited out the disconnection, and nothing orders the two (a data
+// race the race detector reports; the value read is right either way). A
+// session whose watches have all fired sends no such request: its first
+// reply after a reconnect waits half a second at most. Upstream, reading
+// lastZxid before starting the receive loop fixes the same.
+//
+// A session that has had no server for longer than the session timeout
+// while some server answers the Conn's probes is taken for wedged (its
+// go-zookeeper loop stuck: a dial or write that ignores its deadline, a bug)
+// and the event zk_session_wedged logged: a member session is closed and
+// left behind, and the next call on its server opens a new one; the primary
+// session, after twice the session timeout (ZooKeeper has expired it by
+// then unless a server raised the timeout), counts as expired, as above.
+// The goroutines of a session left behind that way end when its loop gets
+// out; Close does not wait for them past its bound.
 //
 // # Recipes and TLS
 //

@@ -56,6 +56,7 @@ func (c *Conn) GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
 // GetWContext is GetW bounded by ctx.
 func (c *Conn) GetWContext(ctx context.Context, path string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
 	r, err := read(c, c.noHedge(ctx), path, func(z *zk.Conn) (getResult, error) {
+		c.watching(z)
 		d, s, ch, err := z.GetW(path)
 		return getResult{d, s, ch}, err
 	})
@@ -84,6 +85,7 @@ func (c *Conn) ExistsW(path string) (bool, *zk.Stat, <-chan zk.Event, error) {
 // ExistsWContext is ExistsW bounded by ctx.
 func (c *Conn) ExistsWContext(ctx context.Context, path string) (bool, *zk.Stat, <-chan zk.Event, error) {
 	r, err := read(c, c.noHedge(ctx), path, func(z *zk.Conn) (existsResult, error) {
+		c.watching(z)
 		ok, s, ch, err := z.ExistsW(path)
 		return existsResult{ok, s, ch}, err
 	})
@@ -112,6 +114,7 @@ func (c *Conn) ChildrenW(path string) ([]string, *zk.Stat, <-chan zk.Event, erro
 // ChildrenWContext is ChildrenW bounded by ctx.
 func (c *Conn) ChildrenWContext(ctx context.Context, path string) ([]string, *zk.Stat, <-chan zk.Event, error) {
 	r, err := read(c, c.noHedge(ctx), path, func(z *zk.Conn) (childrenResult, error) {
+		c.watching(z)
 		children, s, ch, err := z.ChildrenW(path)
 		return childrenResult{children, s, ch}, err
 	})

@@ -51,6 +51,10 @@ type session struct {
 	// of a caller that may have given up (do, addAuth): Close waits for
 	// them. Only its join, leave and shut are used.
 	calls gate
+
+	// watching is set before the session's first call that may leave a
+	// watch with go-zookeeper, and stays set: see replyHold.
+	watching atomic.Bool
 }
 
 func (c *Conn) newSession(name string, home int, onEvent zk.EventCallback) (*session, error) {
@@ -234,61 +238,7 @@ func (s *session) dial(network, addr string, timeout time.Duration) (net.Conn, e
 	s.conn = conn
 	s.connMu.Unlock()
 	s.cur.Store(int32(s.c.servers().byAddr[addr]))
-	return cappedConn{conn, max(s.c.sessionTimeout, 2*time.Second), new(atomic.Bool), new(atomic.Bool)}, nil
-}
-
-// cappedConn caps the handshake's read deadline at the session timeout (at
-// least 2 s). go-zookeeper waits ten receive timeouts (6.7 session
-// timeouts) for the answer to its connect request: a server that swallowed
-// it (frozen, or partitioned while the client reconnected) would hold the
-// session that long, and it would expire meanwhile. Only the handshake's
-// deadline is capped (go-zookeeper clears it, with a zero deadline, once
-// answered): later ones follow the negotiated timeout, which the server may
-// have raised above the one asked for.
-type cappedConn struct {
-	net.Conn
-	max           time.Duration
-	handshakeDone *atomic.Bool
-	writeFailed   *atomic.Bool // a write failed: see Write
-}
-
-// Write reports a failed write as written and closes the connection, so
-// that the failure reaches go-zookeeper once, through the receive side.
-// go-zookeeper's sendData, when a write fails, fills the request's one-slot
-// reply channel itself and leaves the request registered; when that request
-// is the credentials resent on reconnect (opSetAuth), nothing reads the
-// slot, and the loop's flushRequests then blocks on it for ever, holding
-// requestsLock: the session never redials and its Close never returns
-// (go-zookeeper PR #163, open). Reported this way, the request stays
-// registered with an empty slot, the receive loop ends on the closed
-// connection, and flushRequests answers it once with ErrConnectionClosed —
-// the outcome of a request whose bytes may or may not have left, which is
-// what a caller gets for any cut connection. The same change, made in
-// sendData (fail the request only if it is still registered), would fix it
-// upstream.
-//
-// Only the first failure is reported so: later writes on the closed
-// connection fail as usual, so that go-zookeeper's send loop stops there and
-// leaves the requests it has not taken for the next connection.
-func (c cappedConn) Write(b []byte) (int, error) {
-	if c.writeFailed.Load() {
-		return 0, net.ErrClosed
-	}
-	if _, err := c.Conn.Write(b); err != nil {
-		c.writeFailed.Store(true)
-		c.Conn.Close()
-	}
-	return len(b), nil
-}
-
-func (c cappedConn) SetReadDeadline(t time.Time) error {
-	switch {
-	case t.IsZero():
-		c.handshakeDone.Store(true)
-	case !c.handshakeDone.Load() && time.Until(t) > c.max:
-		t = time.Now().Add(c.max)
-	}
-	return c.Conn.SetReadDeadline(t)
+	return newCappedConn(conn, max(s.c.sessionTimeout, 2*time.Second), s.watching.Load()), nil
 }
 
 // close ends the session (its server left the Conn) after the calls in

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -329,4 +330,193 @@ func aclNode(t *testing.T, c *testbed.ZKCluster, path string) *zk.Conn {
 		t.Fatal(err)
 	}
 	return admin
+}
+
+// connectHanger dials as the default dialer does; once armed for an
+// address, the next connection to it blocks its first session write (the
+// connect request; probes write four-letter words) until released, deadlines
+// or not: a session loop stuck where go-zookeeper cannot get it out.
+type connectHanger struct {
+	addr    atomic.Value // string: the address armed, "" for none
+	hung    atomic.Int64
+	release chan struct{}
+	mu      sync.Mutex
+	conns   map[string][]net.Conn
+}
+
+func (d *connectHanger) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.conns[addr] = append(d.conns[addr], c)
+	d.mu.Unlock()
+	return &hangConn{Conn: c, d: d, addr: addr}, nil
+}
+
+// kick closes the connections dialed to addr so far.
+func (d *connectHanger) kick(addr string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.conns[addr] {
+		c.Close()
+	}
+	d.conns[addr] = nil
+}
+
+type hangConn struct {
+	net.Conn
+	d      *connectHanger
+	addr   string
+	writes int // only go-zookeeper's send side writes: no lock
+}
+
+func (c *hangConn) Write(b []byte) (int, error) {
+	c.writes++
+	if c.writes == 1 && len(b) > 4 && c.d.addr.CompareAndSwap(c.addr, "") {
+		c.d.hung.Add(1)
+		<-c.d.release
+	}
+	return c.Conn.Write(b)
+}
+
+// A member session whose loop is stuck reconnecting (here: its connect
+// request's write never returns) while its server answers probes is
+// replaced after the session timeout, and reads on that server go on.
+func TestWedgedMemberSessionIsReplaced(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	leader, err := c.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower := (leader + 1) % c.Size()
+	ep := c.Endpoints()[follower]
+	d := &connectHanger{release: make(chan struct{}), conns: map[string][]net.Conn{}}
+	d.addr.Store("")
+	released := false
+	defer func() {
+		if !released {
+			close(d.release)
+		}
+	}()
+	rec := &recorder{}
+	conn, _, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithDialer(d.dial), ozk.WithLogger(quiet{}), ozk.WithEventLogger(slog.New(rec)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			conn.Close()
+		}
+	}()
+	if _, err := conn.CreateContext(ctx, "/hang", []byte("x"), 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	read := func(within time.Duration) error {
+		rctx, rcancel := context.WithTimeout(ozk.WithMember(ctx, ep), within)
+		defer rcancel()
+		_, _, err := conn.GetContext(rctx, "/hang")
+		return err
+	}
+	if err := read(5 * time.Second); err != nil {
+		t.Fatalf("read on z%d before the hang: %v", follower, err)
+	}
+
+	d.addr.Store(ep)
+	d.kick(ep)
+	start := time.Now()
+	for d.hung.Load() == 0 && time.Since(start) < 10*time.Second {
+		time.Sleep(10 * time.Millisecond) // polling the dialer's count
+	}
+	if d.hung.Load() == 0 {
+		t.Fatal("the member session did not reconnect through the hanging dialer")
+	}
+	for err = read(time.Second); err != nil && time.Since(start) < sessionTimeout+10*time.Second; err = read(time.Second) {
+	}
+	if err != nil {
+		t.Fatalf("reads on z%d %v after its session hung: %v", follower, time.Since(start), err)
+	}
+	t.Logf("reads on z%d back %v after its session hung (session timeout %v)", follower, time.Since(start), sessionTimeout)
+	if n := rec.count(ozk.EventSessionWedged); n != 1 {
+		t.Errorf("%d %s events, want 1", n, ozk.EventSessionWedged)
+	}
+	if _, err := conn.SetContext(ctx, "/hang", []byte("y"), -1); err != nil {
+		t.Fatalf("write after the replacement: %v", err)
+	}
+	close(d.release) // the stuck loop ends: its session was closed
+	released = true
+	done := make(chan struct{})
+	cstart := time.Now()
+	go func() { conn.Close(); close(done) }()
+	select {
+	case <-done:
+		closed = true
+		t.Logf("Close returned in %v", time.Since(cstart))
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return within 5 s")
+	}
+}
+
+// A primary session stuck reconnecting cannot be replaced without losing
+// the Conn's ephemerals: after twice the session timeout it counts as
+// expired, and calls fail with zk.ErrSessionExpired instead of hanging.
+func TestWedgedPrimarySessionExpires(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	leader, err := c.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := c.Endpoints()[leader]
+	d := &connectHanger{release: make(chan struct{}), conns: map[string][]net.Conn{}}
+	d.addr.Store("")
+	rec := &recorder{}
+	conn, events, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithDialer(d.dial), ozk.WithLogger(quiet{}), ozk.WithEventLogger(slog.New(rec)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		close(d.release) // the stuck loop goes on to its end
+		conn.Close()
+	}()
+	if _, err := conn.CreateContext(ctx, "/hang", []byte("x"), 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	d.addr.Store(ep)
+	d.kick(ep)
+	start := time.Now()
+	for {
+		wctx, wcancel := context.WithTimeout(ctx, time.Second)
+		_, err = conn.SetContext(wctx, "/hang", []byte("y"), -1)
+		wcancel()
+		if errors.Is(err, zk.ErrSessionExpired) || time.Since(start) > 2*sessionTimeout+10*time.Second {
+			break
+		}
+	}
+	if !errors.Is(err, zk.ErrSessionExpired) {
+		t.Fatalf("writes %v after the primary session hung: %v, want zk.ErrSessionExpired", time.Since(start), err)
+	}
+	t.Logf("the primary counted as expired %v after it hung (session timeout %v)", time.Since(start), sessionTimeout)
+	if d.hung.Load() == 0 {
+		t.Fatal("the primary did not reconnect through the hanging dialer")
+	}
+	if n := rec.count(ozk.EventSessionWedged, "session=primary"); n != 1 {
+		t.Errorf("%d %s events for the primary, want 1", n, ozk.EventSessionWedged)
+	}
+	for {
+		select {
+		case ev := <-events:
+			if ev.State != zk.StateExpired {
+				continue
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no StateExpired event on the Conn's channel")
+		}
+		break
+	}
 }

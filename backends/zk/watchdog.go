@@ -1,0 +1,107 @@
+package zk
+
+import (
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/oproute/oproute/router"
+)
+
+// watchSessions is the second line of defence against a go-zookeeper
+// session that stops reconnecting (its loop blocked, as in the credential
+// resend the connections guard against, or in a dial or write that ignores
+// its deadline): a member session that has had no server for longer than
+// the session timeout while some server serves is closed and left behind,
+// and the next call on its server opens a new one. The primary session
+// cannot be replaced without losing the Conn's ephemerals; after twice the
+// session timeout (ZooKeeper has expired it by then, unless the server
+// raised the timeout) it is treated as expired: every call returns
+// zk.ErrSessionExpired, as after ZooKeeper's own expiry.
+func (c *Conn) watchSessions() {
+	tick := time.NewTicker(max(c.sessionTimeout/8, 100*time.Millisecond))
+	defer tick.Stop()
+	down := map[*session]time.Time{} // sessions without a server, since
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		open := c.sessions()
+		for s := range down {
+			if !slices.Contains(open, s) {
+				delete(down, s) // left behind meanwhile
+			}
+		}
+		for _, s := range open {
+			if s.zk.State() == zk.StateHasSession {
+				delete(down, s)
+				continue
+			}
+			since, ok := down[s]
+			if !ok {
+				down[s] = now
+				continue
+			}
+			limit := c.sessionTimeout
+			if s == c.primary {
+				limit *= 2
+			}
+			if now.Sub(since) <= limit || !c.anyServes() {
+				continue
+			}
+			delete(down, s)
+			c.replaceWedged(s, now.Sub(since))
+		}
+	}
+}
+
+func (c *Conn) anyServes() bool {
+	for i := range c.servers().members {
+		if c.r.Serves(i) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Conn) replaceWedged(s *session, down time.Duration) {
+	if c.closed.Load() {
+		return
+	}
+	c.onEvent(router.Event{Kind: EventSessionWedged, Warn: true, Attrs: []slog.Attr{
+		slog.String("session", s.name), slog.Duration("without_server", down)}})
+	if s == c.primary {
+		if !c.expired.Swap(true) {
+			c.sessionExpired("primary")
+			c.sendEvent(zk.Event{Type: zk.EventSession, State: zk.StateExpired})
+		}
+		return
+	}
+	c.memMu.Lock()
+	for i, m := range c.mem {
+		if m == s {
+			c.mem[i] = nil
+		}
+	}
+	c.memMu.Unlock()
+	s.kick() // a call blocked on the connection ends now
+	c.bg.Go(s.close)
+}
+
+// sessions returns the primary session and the member sessions open now.
+func (c *Conn) sessions() []*session {
+	c.memMu.Lock()
+	defer c.memMu.Unlock()
+	out := []*session{c.primary}
+	for _, s := range c.mem {
+		if s != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
