@@ -29,12 +29,16 @@ const (
 	// with load-aware choice in the read pool: router policy names.
 	HybridHedge = router.HybridHedge
 	HybridP2C   = router.HybridP2C
+	// EveryRound is hybrid probing every member every probe interval,
+	// settled or not (StableProbeInterval = ProbeInterval): the router as
+	// it probed before its cadence adapted, for the fleet comparison.
+	EveryRound = "hybrid_every_round"
 )
 
 // Comparators returns the policies routebench compares besides the
 // router's own.
 func Comparators() []string {
-	return []string{Stock, Pinned, Oracle, StaticLeader, HybridHedge, HybridP2C}
+	return []string{Stock, Pinned, Oracle, StaticLeader, HybridHedge, HybridP2C, EveryRound}
 }
 
 // stockPolicy reports whether policy runs a client without oproute.

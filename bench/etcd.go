@@ -182,7 +182,7 @@ func (c *etcdCluster) Connect(ctx context.Context, policy string, conns int) (Cl
 		}
 		return sc, nil
 	}
-	opts := []etcd.Option{etcd.WithPolicy(routedPolicy(policy)), etcd.WithConnsPerMember(conns)}
+	opts := []etcd.Option{etcd.WithPolicy(routedPolicy(policy)), etcd.WithConnsPerMember(conns), etcd.WithRouterConfig(routerTune(policy))}
 	if c.clientZone != "" {
 		zones := map[string]string{}
 		for i, ep := range c.endpoints {
@@ -275,4 +275,29 @@ func (c *stockClient) Close() error {
 		errs = append(errs, cli.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// ProbeRequests is the Status RPCs the members answered so far, by their
+// own /metrics: the routed clients' probes (and the bench's own leader
+// look-ups, which go through the test bed's direct ports only when
+// attached: none during a fleet's window).
+func (c *etcdCluster) ProbeRequests(ctx context.Context) (uint64, error) {
+	var n uint64
+	for i, ep := range c.endpoints {
+		var counts map[string]uint64
+		var err error
+		if c.tb != nil {
+			if c.tb.Member(i).PID() == 0 {
+				continue
+			}
+			counts, err = c.tb.GRPCCounts(ctx, i)
+		} else {
+			counts, err = testbed.FetchGRPCCounts(ctx, c.http, ep)
+		}
+		if err != nil {
+			return 0, err
+		}
+		n += counts["etcdserverpb.Maintenance/Status"]
+	}
+	return n, nil
 }

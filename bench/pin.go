@@ -24,10 +24,22 @@ type writePin struct {
 // comparators route their reads like hybrid.
 func routedPolicy(policy string) string {
 	switch policy {
-	case Oracle, StaticLeader:
+	case Oracle, StaticLeader, EveryRound:
 		return router.Hybrid
 	}
 	return policy
+}
+
+// routerTune is what policy changes in the router's configuration.
+func routerTune(policy string) func(*router.Config) {
+	return func(rc *router.Config) {
+		if policy == EveryRound {
+			rc.StableProbeInterval = rc.ProbeInterval
+			if rc.StableProbeInterval == 0 {
+				rc.StableProbeInterval = router.DefaultProbeInterval
+			}
+		}
+	}
 }
 
 // start pins writes when policy is a comparator; onTestbed says whether the

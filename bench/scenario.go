@@ -399,6 +399,7 @@ func Describe() string {
 		fmt.Fprintf(&b, "  %-11s %s (%s)\n", n, d.desc, paperRef(d.section))
 	}
 	fmt.Fprintf(&b, "  %-11s every scenario above but quick\n", ScenarioAll)
+	fmt.Fprintf(&b, "  %-11s what a fleet of clients costs the cluster (probes, members' CPU) and its failover; alone\n", ScenarioFleet)
 	return b.String()
 }
 

@@ -188,7 +188,7 @@ func (c *zkCluster) Connect(ctx context.Context, policy string, _ int) (Client, 
 	if stockPolicy(policy) {
 		return nil, fmt.Errorf("bench: %s is an etcd baseline (ZooKeeper's stock client is sticky)", policy)
 	}
-	opts := []ozk.Option{ozk.WithPolicy(routedPolicy(policy)), ozk.WithConnectTimeout(10 * time.Second), ozk.WithLogger(quietLogger{})}
+	opts := []ozk.Option{ozk.WithPolicy(routedPolicy(policy)), ozk.WithConnectTimeout(10 * time.Second), ozk.WithLogger(quietLogger{}), ozk.WithRouterConfig(routerTune(policy))}
 	if c.clientZone != "" {
 		zones := map[string]string{}
 		for i, ep := range c.endpoints {
@@ -258,4 +258,19 @@ func (c *zkClient) Close() error {
 	c.pin.close()
 	c.conn.Close()
 	return nil
+}
+
+// ProbeRequests is the client connections the servers' proxies accepted so
+// far: the routed clients' srvr probes (one connection each; ZooKeeper
+// closes a connection after one four-letter word) and their sessions'
+// (re)connections, which a settled fleet does not make.
+func (c *zkCluster) ProbeRequests(context.Context) (uint64, error) {
+	if c.tb == nil {
+		return 0, ErrNoProbeCounts
+	}
+	var n uint64
+	for i := range c.endpoints {
+		n += c.tb.ClientConnections(i)
+	}
+	return n, nil
 }

@@ -42,6 +42,17 @@ type Config struct {
 	// ProbeInterval is how often every member is probed. Default is
 	// DefaultProbeInterval.
 	ProbeInterval time.Duration
+	// StableProbeInterval is how often the members are probed while the
+	// router is settled: the leader known and unchanged, every member
+	// answering and in the read pool, nothing failing or slow, for
+	// SettleRounds probe rounds in a row. Each wait is jittered by ±20 %
+	// so that a fleet of clients does not probe in step. Evidence (a failed
+	// or stalled call, a response at a newer term, a membership change,
+	// Refresh) brings an immediate probe round and the ProbeInterval rate
+	// back. Reads are judged every ProbeInterval either way. Default is
+	// DefaultStableProbeInterval; a value at or below ProbeInterval probes
+	// every ProbeInterval always.
+	StableProbeInterval time.Duration
 	// ProbeTimeout bounds one probe. Default is 500 ms.
 	ProbeTimeout time.Duration
 	// UnreachableAfter is how many consecutive failed probes take a member
@@ -51,8 +62,9 @@ type Config struct {
 	// Alpha is the EWMA weight of the newest latency sample. Default is
 	// ewma.DefaultAlpha (0.3, the paper's).
 	Alpha float64
-	// EjectRatio (ρ) ejects a member from the read pool when its read EWMA
-	// exceeds ρ × the median of the members' read EWMAs (its own included).
+	// EjectRatio (ρ) ejects a member from the read pool when its read
+	// latency (the round's mean at load, else its EWMA) exceeds ρ × the
+	// median of the members' (its own included).
 	// Default is 2.
 	EjectRatio float64
 	// ReadmitRatio readmits an ejected member once its read EWMA is at most
@@ -76,11 +88,11 @@ type Config struct {
 	// MinSamples is how many read samples a member needs before it is judged.
 	// Default is 10.
 	MinSamples int
-	// EjectRounds is how many probe rounds in a row the latency rule, or
-	// the probe-RTT rule, must hold before it ejects: an EWMA reflects the
-	// last few reads, and a healthy member's tail crosses any line now and
-	// then, while a grey failure stays above it. Default is 3 (0.75 s at
-	// the default probe interval).
+	// EjectRounds is how many rounds in a row the latency rule (or probe
+	// rounds in a row the probe-RTT rule) must hold before it ejects: a
+	// healthy member's tail crosses any line now and then, while a grey
+	// failure stays above it. Default is 3 (0.75 s at the default probe
+	// interval).
 	EjectRounds int
 	// ProbeShare is the fraction of reads an ejected member still receives,
 	// so that its estimate can show a recovery. Default is 0.005.
@@ -148,7 +160,7 @@ type Config struct {
 	// state shared between cores.
 	Seed uint64
 
-	// OnRefresh, when set, is called after every probe round, from the
+	// OnRefresh, when set, is called after every round, from the
 	// probing goroutine, once the new view (leader, reachable members, read
 	// pool) is in place. Backends whose connections are bound to a member
 	// (ZooKeeper sessions) use it to move them. It must not block for long:
@@ -168,6 +180,10 @@ type Config struct {
 // DefaultProbeInterval is Config.ProbeInterval's default.
 const DefaultProbeInterval = 250 * time.Millisecond
 
+// DefaultStableProbeInterval is Config.StableProbeInterval's default: with
+// three members, 0.3 probes a second per client while settled.
+const DefaultStableProbeInterval = 10 * time.Second
+
 func (c *Config) setDefaults() {
 	switch c.Policy {
 	case "":
@@ -182,6 +198,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ProbeInterval == 0 {
 		c.ProbeInterval = DefaultProbeInterval
+	}
+	if c.StableProbeInterval == 0 {
+		c.StableProbeInterval = DefaultStableProbeInterval
 	}
 	if c.ProbeTimeout == 0 {
 		c.ProbeTimeout = 500 * time.Millisecond
@@ -298,6 +317,7 @@ func (c *Config) validate() error {
 	}
 	for _, ch := range []check{
 		{c.ProbeInterval > 0, fmt.Sprintf("probe interval %v must be positive", c.ProbeInterval)},
+		{c.StableProbeInterval > 0, fmt.Sprintf("stable probe interval %v must be positive", c.StableProbeInterval)},
 		{c.ProbeTimeout > 0, fmt.Sprintf("probe timeout %v must be positive", c.ProbeTimeout)},
 		{c.UnreachableAfter > 0, fmt.Sprintf("unreachable-after %d must be positive", c.UnreachableAfter)},
 		{c.Alpha > 0 && c.Alpha <= 1, fmt.Sprintf("alpha %v outside (0, 1]", c.Alpha)},

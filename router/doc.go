@@ -14,24 +14,29 @@
 //
 // Deciding and updating are separate, as in grpc-go's balancers. Pick reads an
 // immutable snapshot through an atomic pointer and never blocks or allocates;
-// a background loop probes the members every ProbeInterval, rebuilds the
-// snapshot (leader, reachable members, read pool) and swaps it in. Feedback
+// a background loop judges the members every ProbeInterval (probing them
+// when a probe round is due: see Probe cadence), rebuilds the snapshot
+// (leader, reachable members, read pool) and swaps it in. Feedback
 // rides on the result: Pick returns a Pick whose Done method reports how the
 // call ended as an Outcome — each backend maps every error it can see to one
 // in one table — and the router alone decides what each outcome changes.
 //
 // # Read-pool health
 //
-// A member leaves the read pool on any of these, judged after each probe
-// round (Config names the parameters; defaults in brackets):
+// A member leaves the read pool on any of these, judged every round
+// (Config names the parameters; defaults in brackets):
 //   - its probes say it cannot serve a linearizable read: no leader, a term
 //     (epoch) older than the leader's, or an apply index more than MaxLag
 //     [1000] behind the leader's commit index. It leaves at once, before a
 //     read fails there, gets no reads at all, and returns when its probes
 //     recover;
-//   - latency: its read EWMA is above EjectRatio [2] × the median of the
-//     judged members' read EWMAs, its own included, and by more than
-//     MinEjectGap [5 ms], at EjectRounds [3] probe rounds in a row. Reads
+//   - latency: its read latency is above EjectRatio [2] × the median of the
+//     judged members' read latencies, its own included, and by more than
+//     MinEjectGap [5 ms], at EjectRounds [3] rounds in a row. A member's
+//     read latency is the mean of the round's reads when it had MinSamples
+//     [10] of them, else its read EWMA (Alpha [0.3]): at load one EWMA
+//     reflects the last few reads only, and rounds that end on a healthy
+//     member's tail would eject it. Reads
 //     the caller gave up on count as censored samples (the member took at
 //     least that long) when they are that far above the median, so a member
 //     slower than every caller's deadline is seen although it never
@@ -51,9 +56,9 @@
 // the median of all judged members: while at most a minority is unhealthy it
 // is a healthy member's value, and a far member is compared with the other
 // followers rather than with the mean of the leader and one follower (what
-// the median of the others is with three members). The rounds in a row keep
-// a healthy member's tail, which crosses any line now and then, from
-// ejecting it; a grey failure (the paper's +8 ms on every link puts a
+// the median of the others is with three members). The round's mean and the
+// rounds in a row keep a healthy member's tail, which crosses any line now
+// and then, from ejecting it; a grey failure (the paper's +8 ms on every link puts a
 // follower's reads at five times the median) stays above the line.
 //
 // An ejected member keeps a ProbeShare [0.5 %] of reads and returns when
@@ -84,14 +89,33 @@
 //     within MaxEjection and a few probe rounds;
 //   - one index space: Pick.Index, Stats, Busy and Member use the roster's
 //     stable indexes, which never move (members are added or retired);
-//   - Pick never panics and, without overrides, never allocates.
+//   - Pick never panics and, without overrides, never allocates;
+//   - a settled router (probing at StableProbeInterval) knows a leader and
+//     has every live member reachable and in the read pool: any other state
+//     probes every round.
 //
 // # Leader tracking
 //
-// Every member is probed concurrently every ProbeInterval. A leader-pinned
+// A probe round asks every member concurrently who leads. A leader-pinned
 // write that fails clears the cached leader at once and triggers an immediate
 // re-probe; while the leader is unknown, writes fall back to round robin and
 // the server forwards them.
+//
+// # Probe cadence
+//
+// A probe round runs every ProbeInterval [250 ms] until the router is
+// settled: the leader known and unchanged, every member answering its
+// probes and in the read pool, none failing, slow, busy or stalled (holding
+// calls and finishing none for two rounds), for SettleRounds [8] probe
+// rounds in a row. Settled, it probes every StableProbeInterval [10 s],
+// jittered by ±20 % so that a fleet does not probe in step, and still
+// judges reads every ProbeInterval. Evidence ends it at once, with a probe
+// round at the next turn: a failed call, a read cut far above the median,
+// a stalled member, a response at a newer term (ObserveTerm: etcd's
+// response headers, a ZooKeeper write's zxid), a broken connection or lost
+// session (Unsettle), a membership change, maintenance, Refresh. An idle
+// settled client notices a leader change within its stable interval; a
+// client with traffic at once, from its calls.
 //
 // # Concurrency
 //

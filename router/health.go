@@ -13,8 +13,9 @@ func (r *Router) loop(ctx context.Context) {
 	defer close(r.done)
 	t := time.NewTicker(r.cfg.ProbeInterval)
 	defer t.Stop()
+	forced := true
 	for {
-		r.refresh(ctx)
+		r.round(ctx, forced)
 		if r.cfg.OnRefresh != nil && ctx.Err() == nil {
 			r.cfg.OnRefresh()
 		}
@@ -22,7 +23,9 @@ func (r *Router) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			forced = false
 		case <-r.refreshc:
+			forced = true
 		}
 	}
 }
@@ -66,16 +69,18 @@ func (r *Router) refresh(ctx context.Context) {
 			return
 		}
 	}
-	r.apply(outcomes, gen)
+	r.apply(outcomes, gen, outcomes != nil)
 	if r.hedge != nil {
 		r.hedge.update()
 	}
 }
 
-// apply folds one probe round (nil when there is no prober) into a new
-// snapshot. gen is r.forgets when the round started: a leader-pinned write
-// that failed since then outranks this round's word for the same leader.
-func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
+// apply folds one round into a new snapshot: a probe round's outcomes
+// (probed), or none (no prober, or a round that judges reads on the last
+// probes' word). gen is r.forgets when the round started: a leader-pinned
+// write that failed since then outranks this round's word for the same
+// leader.
+func (r *Router) apply(outcomes []probeOutcome, gen uint64, probed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	prev := r.snap.Load()
@@ -134,7 +139,7 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 			// A write pinned to this leader failed while we probed: do not
 			// trust this round's word for it; probe again.
 			leader, leaderUnsure = -1, true
-			r.Refresh()
+			r.Unsettle()
 		}
 	} else if !slices.Contains(reachable, leader) {
 		leader = -1
@@ -161,11 +166,15 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64) {
 	// rest in the pool): a benched member beyond it is judged, and
 	// readmitted, like any member in the pool.
 	benched := unfit[:min(len(unfit), (len(reachable)-1)/2)]
-	ejected := r.ejectionsLocked(reachable, benched, now)
+	ejected := r.ejectionsLocked(reachable, benched, now, probed)
 	next := r.buildSnapshot(leader, reachable, ejected, unfit, sticky)
 	r.eventsLocked(prev, next, leaderUnsure)
 	r.snap.Store(next)
-	r.rounds.Add(1)
+	r.trackStallsLocked()
+	r.settleLocked(prev, next, probed, now)
+	if probed {
+		r.rounds.Add(1)
+	}
 }
 
 // electedLeader returns the reachable member that the highest-term claim
@@ -234,15 +243,7 @@ const (
 func (r *Router) benchedLocked(reachable []int, leader int) []int {
 	var leaderTerm, committed uint64
 	if leader >= 0 {
-		lp := r.roster().health[leader].lastProbe
-		leaderTerm, committed = lp.Term, lp.Committed
-		for _, i := range reachable {
-			// The term the followers name the leader at may be newer than
-			// the leader's own last answer; take the highest claim.
-			if h := r.roster().health[i]; h.probed && h.lastProbe.LeaderID != "" && r.byServerID(h.lastProbe.LeaderID, reachable) == leader {
-				leaderTerm = max(leaderTerm, h.lastProbe.Term)
-			}
-		}
+		leaderTerm, committed = r.leaderTermLocked(leader, reachable), r.roster().health[leader].lastProbe.Committed
 	}
 	var out []int
 	busyFirst := 0
@@ -281,9 +282,9 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 // ejectionsLocked decides which reachable members are ejected from the
 // read pool on the evidence of reads and probe round trips, and returns
 // them (benched ones left out), the most severe first:
-//   - latency: read EWMA (≥ MinSamples samples, censored ones included)
-//     above EjectRatio × the median of the judged members' read EWMAs and
-//     by more than MinEjectGap, at EjectRounds probe rounds in a row;
+//   - latency: read latency (readSignalLocked; ≥ MinSamples samples,
+//     censored ones included) above EjectRatio × the median of the judged
+//     members' and by more than MinEjectGap, at EjectRounds rounds in a row;
 //   - failures: ConsecutiveFailures failed reads in a row while most other
 //     members are not failing (a cluster-wide failure, an election, ejects
 //     nobody), or a failure share over FailureWindow that exceeds the
@@ -314,15 +315,19 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 // ones included); the most severe keep the places, the incumbent on a tie.
 // Only hybrid has a read pool: under the other policies nobody is ejected.
 // Caller must hold r.mu.
-func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time) []int {
+func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed bool) []int {
 	if r.kind != hybridKind {
 		return nil
+	}
+	signal := make([]time.Duration, len(r.roster().health))
+	for i, h := range r.roster().health {
+		signal[i] = r.readSignalLocked(h)
 	}
 	var reads, probes []time.Duration
 	for _, i := range reachable {
 		h := r.roster().health[i]
 		if h.read.Count() >= uint64(r.cfg.MinSamples) {
-			reads = append(reads, h.read.Value())
+			reads = append(reads, signal[i])
 		}
 		if h.probed && h.probeFailures == 0 {
 			probes = append(probes, h.probe.Value())
@@ -365,15 +370,17 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time) []int 
 			probeOK := !h.probed || len(probes) < 2 || r.inLine(h.probe.Value(), probeMedian, r.cfg.MinProbeEjectGap)
 			fresh := h.freshInLine.Load() >= int64(r.cfg.ReadmitSamples)
 			if now.Before(h.ejectUntil) || !probeOK || !fresh {
-				out = append(out, candidate{i: i, was: true, severity: r.severity(h, h.ejectWhy, median, probeMedian), why: h.ejectWhy})
+				out = append(out, candidate{i: i, was: true, severity: r.severity(h, signal[i], h.ejectWhy, median, probeMedian), why: h.ejectWhy})
 			}
 			continue
 		}
-		slowReads := len(reads) >= 2 && h.read.Count() >= uint64(r.cfg.MinSamples) && r.farAbove(h.read.Value(), median)
+		slowReads := len(reads) >= 2 && h.read.Count() >= uint64(r.cfg.MinSamples) && r.farAbove(signal[i], median)
 		slowProbes := len(probes) >= 2 && h.probed && h.probeFailures == 0 && h.probe.Count() >= minProbeSamples &&
 			float64(h.probe.Value()) > r.cfg.EjectRatio*float64(probeMedian) && h.probe.Value()-probeMedian > r.cfg.MinProbeEjectGap
 		h.slowReadRounds = countRun(h.slowReadRounds, slowReads)
-		h.slowProbeRounds = countRun(h.slowProbeRounds, slowProbes)
+		if probed { // only probe rounds bring new probe evidence
+			h.slowProbeRounds = countRun(h.slowProbeRounds, slowProbes)
+		}
 		why := ""
 		streak := h.readFailStreak.Load()
 		switch {
@@ -387,7 +394,7 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time) []int 
 			why = outProbeRTT
 		}
 		if why != "" {
-			out = append(out, candidate{i: i, severity: r.severity(h, why, median, probeMedian), why: why})
+			out = append(out, candidate{i: i, severity: r.severity(h, signal[i], why, median, probeMedian), why: why})
 		}
 	}
 	// The minority cap keeps the worst: a member failing its reads, then
@@ -436,14 +443,30 @@ func countRun(run int, holds bool) int {
 
 // severity orders ejection candidates: failures first, then by how many
 // times the median the member's signal is.
-func (r *Router) severity(h *memberHealth, why string, median, probeMedian time.Duration) float64 {
+func (r *Router) severity(h *memberHealth, read time.Duration, why string, median, probeMedian time.Duration) float64 {
 	switch why {
 	case outFailures:
 		return math.Inf(1)
 	case outProbeRTT:
 		return float64(h.probe.Value()) / float64(max(probeMedian, 1))
 	}
-	return float64(h.read.Value()) / float64(max(median, 1))
+	return float64(read) / float64(max(median, 1))
+}
+
+// readSignalLocked is the member's read latency as the latency rule judges
+// it: the mean of the round's samples when it had MinSamples of them (at
+// load, where one round's EWMA reflects its last few reads, a healthy
+// member's tail crosses any line now and then), else the EWMA. Called once
+// per member and round: it starts the next round's sums. Caller must hold
+// r.mu.
+func (r *Router) readSignalLocked(h *memberHealth) time.Duration {
+	total, n := h.readTotal.Load(), h.readCount.Load()
+	dt, dn := total-h.roundTotal, n-h.roundCount
+	h.roundTotal, h.roundCount = total, n
+	if dn >= int64(r.cfg.MinSamples) && dt > 0 {
+		return time.Duration(dt / dn)
+	}
+	return h.read.Value()
 }
 
 // failingMore reports whether member i's failure share exceeds the median

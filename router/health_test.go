@@ -642,8 +642,8 @@ func TestStaleClaimLapses(t *testing.T) {
 	zk.set("m0", 3, "m0")
 	p, _ := tr.Pick(context.Background(), Write)
 	p.Done(MemberFault)
-	tr.apply(ok, gen) // that round's answers arrive: m0 answered then
-	tr.probeRound()   // m0 fails now
+	tr.apply(ok, gen, true) // that round's answers arrive: m0 answered then
+	tr.probeRound()         // m0 fails now
 	if st := tr.Stats(); st.Leader != "" {
 		t.Fatalf("leader %q back after a failed write, on a round that began before it", st.Leader)
 	}
@@ -656,5 +656,49 @@ func TestStaleClaimLapses(t *testing.T) {
 	}
 	if st := tr.Stats(); st.Leader != "" {
 		t.Fatalf("leader %q kept with every member unreachable", st.Leader)
+	}
+}
+
+// At load a healthy far member's tail crosses the latency line now and
+// then: the EWMA holds the last few reads only, and three rounds that each
+// end on a tail would eject it. The rule judges the round's mean instead.
+func TestTailAtRoundEndDoesNotEject(t *testing.T) {
+	tr := newTestRouter(t, Config{EjectRounds: 3})
+	read := func(id string, d time.Duration) {
+		p, err := tr.Pick(WithMember(context.Background(), id), LinearizableRead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.clock.Advance(d)
+		p.Done(OK)
+	}
+	for range 5 {
+		for range 100 {
+			read("m0", 5*time.Millisecond)
+			read("m1", 7*time.Millisecond)
+		}
+		for range 97 {
+			read("m2", 12*time.Millisecond)
+		}
+		for range 3 {
+			read("m2", 40*time.Millisecond) // the round ends on m2's tail
+		}
+		if ewma := tr.roster().health[2].read.Value(); ewma < 15*time.Millisecond {
+			t.Fatalf("m2's EWMA %v at the round's end: the test needs it above the line (2 × 7 ms)", ewma)
+		}
+		tr.probeRound()
+	}
+	tr.expectNoneEjected(t, "for tails at the ends of rounds whose mean is in line")
+	// The same member slow throughout is out within the rounds.
+	for range 3 {
+		for range 100 {
+			read("m0", 5*time.Millisecond)
+			read("m1", 7*time.Millisecond)
+			read("m2", 40*time.Millisecond)
+		}
+		tr.probeRound()
+	}
+	if !tr.Stats().Members[2].Ejected {
+		t.Fatal("m2 slow for three rounds is not ejected")
 	}
 }

@@ -62,5 +62,11 @@ func (r *Router) checkInvariants() error {
 			return fmt.Errorf("member %d both in and out of the pool", i)
 		}
 	}
+	if r.settled.Load() && !r.evidence.Load() {
+		// Probing rarely only while nothing needs watching.
+		if s.leader < 0 || len(s.reachable) != live || len(s.pool) != live || len(s.unfit) > 0 {
+			return fmt.Errorf("settled without a leader or with members out (leader %d, %d live, reachable %v, pool %v, unfit %v)", s.leader, live, s.reachable, s.pool, s.unfit)
+		}
+	}
 	return nil
 }

@@ -61,6 +61,7 @@ type Router struct {
 	// leader_lost or before any; guarded by mu.
 	announcedLeader int
 
+	cadence
 	refreshc chan struct{}
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -69,7 +70,7 @@ type Router struct {
 
 // memberHealth is the per-member state updated on the hot path.
 type memberHealth struct {
-	read  *ewma.EWMA // read latency: the read pool's health signal
+	read  *ewma.EWMA // read latency: the read pool's health signal at low traffic
 	all   *ewma.EWMA // every op's latency: boltzmann's blended signal
 	probe *ewma.EWMA // probe round trips
 
@@ -93,6 +94,9 @@ type memberHealth struct {
 	oks    [numOps]atomic.Uint64 // answered: OK or AppError
 	errs   [numOps]atomic.Uint64
 	gaveUp [numOps]atomic.Uint64
+	// ignored counts calls that ended while the member was busy (not
+	// evidence): with the others, every pick's end is counted once.
+	ignored [numOps]atomic.Uint64
 
 	// Off the hot path, guarded by Router.mu.
 	probeFailures int
@@ -123,6 +127,16 @@ type memberHealth struct {
 	// slowReadRounds and slowProbeRounds count the probe rounds in a row
 	// at which the latency rule, or the probe-RTT rule, held.
 	slowReadRounds, slowProbeRounds int
+	// readTotal and readCount sum the read samples the EWMA gets: at load a
+	// round's mean over them is the latency rule's signal, where the EWMA
+	// holds the last few reads only. roundTotal and roundCount are their
+	// values at the last round.
+	readTotal, readCount   atomic.Int64
+	roundTotal, roundCount int64
+	// stalled counts the rounds in a row at which the member held calls
+	// and finished none since the round before (lastEnded).
+	stalled   int
+	lastEnded uint64
 
 	_ [64]byte // keep neighbours' hot counters off this cache line
 }
@@ -210,6 +224,13 @@ type roster struct {
 func (r *Router) roster() *roster { return r.ros.Load() }
 
 // newHealth returns a member's initial health.
+// sample adds a read latency sample to the member's estimates.
+func (h *memberHealth) sample(d time.Duration) {
+	h.read.Add(d)
+	h.readTotal.Add(int64(d))
+	h.readCount.Add(1)
+}
+
 func (r *Router) newHealth() *memberHealth {
 	h := &memberHealth{}
 	h.read, _ = ewma.New(r.cfg.Alpha, r.cfg.InitialLatency)
@@ -402,6 +423,7 @@ func (p Pick) Done(o Outcome) {
 	if h.busy.Load() > 0 || h.busyEpoch.Load() != p.busyEpoch {
 		// It overlapped maintenance the client asked for: whatever it shows
 		// is the maintenance, not the member's health.
+		h.ignored[p.op].Add(1)
 		return
 	}
 	timed := r.timed[p.op]
@@ -419,6 +441,7 @@ func (p Pick) Done(o Outcome) {
 	case MemberFault, Overloaded:
 		h.errs[p.op].Add(1)
 		h.consecutiveFailures.Add(1)
+		r.unsettleIfSettled()
 		if p.op.IsRead() {
 			if r.hedge != nil {
 				r.hedge.earn(-1000) // gRFC A6's throttle: a failing pool gets no hedges
@@ -461,7 +484,7 @@ func (p Pick) Done(o Outcome) {
 		r.updateWeight(h)
 		return
 	}
-	h.read.Add(latency)
+	h.sample(latency)
 	if r.hedge != nil && p.op.IsRead() && !p.probing && !p.hedge {
 		r.hedge.rings[p.op].add(latency)
 	}
@@ -489,7 +512,8 @@ func (r *Router) censored(h *memberHealth, p Pick, d time.Duration) {
 	if median <= 0 || !r.farAbove(d, median) {
 		return
 	}
-	h.read.Add(d)
+	h.sample(d)
+	r.unsettleIfSettled()
 	if p.probing {
 		h.freshInLine.Store(0)
 	}
@@ -537,6 +561,7 @@ func (r *Router) Busy(idx int) (end func()) {
 // busy member may take an ejected one's place out of the pool until the
 // next round judges them again). Caller must hold r.mu.
 func (r *Router) rebenchLocked() {
+	r.evidence.Store(true) // probes follow the member through its maintenance
 	s := r.snap.Load()
 	r.snap.Store(r.buildSnapshot(s.leader, s.reachable, s.ejected, r.benchedLocked(s.reachable, s.leader), s.sticky))
 }
@@ -883,7 +908,7 @@ func (r *Router) SetMembers(ms []Member) error {
 	}
 	r.snap.Store(r.buildSnapshot(leader, reachable, slices.DeleteFunc(slices.Clone(s.ejected), func(i int) bool { return ro.retired[i] }), slices.DeleteFunc(slices.Clone(s.unfit), func(i int) bool { return ro.retired[i] }), sticky))
 	r.mu.Unlock()
-	r.Refresh()
+	r.Unsettle()
 	return nil
 }
 
@@ -902,7 +927,7 @@ func (r *Router) forgetLeader(idx int) {
 	h.forgotten, h.forgottenAt = true, r.forgets.Add(1)
 	r.snap.Store(r.buildSnapshot(-1, s.reachable, s.ejected, s.unfit, s.sticky))
 	r.mu.Unlock()
-	r.Refresh()
+	r.Unsettle()
 }
 
 // buildSnapshot assembles a snapshot; it is the only place one is built,

@@ -127,7 +127,7 @@ func (tr testRouter) refreshSequential() {
 		res, err := tr.cfg.Prober.Probe(context.Background(), m)
 		outcomes[i] = probeOutcome{res: res, rtt: tr.clock.Now().Sub(start), err: err, busyEpoch: epoch}
 	}
-	tr.apply(outcomes, tr.forgets.Load())
+	tr.apply(outcomes, tr.forgets.Load(), true)
 }
 
 // run issues n operations of class op, each taking latency(member) and

@@ -35,6 +35,7 @@ type modelMember struct {
 
 type machine struct {
 	r       *Router
+	probes  int // calls to Probe
 	clock   *fakeClock
 	mu      sync.Mutex // guards the model, read by the prober
 	model   map[string]*modelMember
@@ -49,6 +50,7 @@ type machine struct {
 func (m *machine) Probe(_ context.Context, mem Member) (ProbeResult, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.probes++
 	mm := m.model[mem.ID]
 	if mm == nil || mm.down {
 		return ProbeResult{}, errors.New("connection refused")
@@ -74,7 +76,10 @@ func newMachine(t *rapid.T) *machine {
 		m.model[mem.ID] = &modelMember{rtt: time.Millisecond, read: time.Millisecond}
 	}
 	m.leader = ms[0].ID
-	cfg := Config{Members: ms, Prober: m, Clock: m.clock, Policy: policy, ProbeInterval: time.Hour, Seed: 7, ClientZone: "a"}
+	cfg := Config{Members: ms, Prober: m, Clock: m.clock, Policy: policy, ProbeInterval: 250 * time.Millisecond, Seed: 7, ClientZone: "a"}
+	if rapid.Bool().Draw(t, "cadence off") {
+		cfg.StableProbeInterval = cfg.ProbeInterval
+	}
 	if rapid.Bool().Draw(t, "short ejections") {
 		cfg.BaseEjection, cfg.MaxEjection = 100*time.Millisecond, 2*time.Second
 	}
@@ -188,7 +193,18 @@ func (m *machine) burst(t *rapid.T) {
 // member flagged ejected is out of the pool (between rounds, Busy may have
 // taken its place for a while).
 func (m *machine) probe(t *rapid.T) {
-	m.r.refresh(context.Background())
+	forced := rapid.Bool().Draw(t, "forced")
+	settled := m.r.settled.Load() && !m.r.evidence.Load()
+	m.mu.Lock()
+	before := m.probes
+	m.mu.Unlock()
+	m.r.round(context.Background(), forced)
+	m.mu.Lock()
+	probed := m.probes > before
+	m.mu.Unlock()
+	if !probed && (forced || !settled) && len(m.r.Members()) > 0 {
+		t.Fatalf("a round without probes (forced %v, settled %v): only a settled router may skip them", forced, settled)
+	}
 	m.r.mu.Lock()
 	defer m.r.mu.Unlock()
 	s, ro := m.r.snap.Load(), m.r.roster()
@@ -298,6 +314,17 @@ func (m *machine) hedge(t *rapid.T) {
 	}
 }
 
+// observeTerm reports a term a response carried: older, the same or newer
+// than the cluster's.
+func (m *machine) observeTerm(t *rapid.T) {
+	m.mu.Lock()
+	term := m.term
+	m.mu.Unlock()
+	m.r.ObserveTerm(term + uint64(rapid.IntRange(0, 2).Draw(t, "term ahead")) - 1)
+}
+
+func (m *machine) unsettle(*rapid.T) { m.r.Unsettle() }
+
 func (m *machine) advance(t *rapid.T) {
 	m.clock.Advance(time.Duration(rapid.IntRange(1, 40_000).Draw(t, "advance ms")) * time.Millisecond)
 }
@@ -324,6 +351,7 @@ func (m *machine) steps(t *rapid.T, n int) {
 	actions := map[string]func(*rapid.T){
 		"pick": m.pick, "done": m.done, "burst": m.burst, "probe": m.probe, "change": m.change,
 		"setMembers": m.setMembers, "busy": m.busy, "endBusy": m.endBusy, "hedge": m.hedge, "advance": m.advance,
+		"observeTerm": m.observeTerm, "unsettle": m.unsettle,
 	}
 	names := slices.Sorted(func(yield func(string) bool) {
 		for k := range actions {

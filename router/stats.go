@@ -16,8 +16,13 @@ type Stats struct {
 	// leader was unknown.
 	Fallbacks uint64
 	// Hedges counts hedged reads (Config.Hedge): sent, and won.
-	Hedges  HedgeStats
-	Members []MemberStats
+	Hedges HedgeStats
+	// Settled: the router probes every StableProbeInterval, nothing to
+	// watch (see the package doc, Probe cadence).
+	Settled bool
+	// ProbeRounds counts the probe rounds so far.
+	ProbeRounds uint64
+	Members     []MemberStats
 }
 
 // MemberStats is one member's share of Stats.
@@ -65,6 +70,8 @@ func (r *Router) Stats() Stats {
 		LeaderChanges: r.leaderChanges.Load(),
 		Fallbacks:     r.fallbacks.Load(),
 		Hedges:        r.Hedges(),
+		Settled:       r.settled.Load(),
+		ProbeRounds:   r.rounds.Load(),
 		Members:       make([]MemberStats, len(r.roster().members)),
 	}
 	if s.leader >= 0 {

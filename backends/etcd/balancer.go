@@ -182,14 +182,13 @@ func (pb *pickerBuilder) Build(info base.PickerBuildInfo) balancer.Picker {
 		ready = rp.ready
 	}
 	pb.entry.connected.Store(pb, ready)
-	if rp, ok := p.(*picker); ok {
-		if len(rp.ready) > pb.ready {
-			// A member just became reachable: probe now rather than at
-			// the next tick, so that a new client learns the leader early.
-			pb.entry.r.Refresh()
-		}
-		pb.ready = len(rp.ready)
+	if len(ready) != pb.ready {
+		// A member's connection became ready (probe now, so that a new
+		// client learns the leader early) or broke (perhaps the leader's:
+		// gRPC knows before any probe): evidence either way.
+		pb.entry.r.Unsettle()
 	}
+	pb.ready = len(ready)
 	return p
 }
 

@@ -173,12 +173,18 @@ func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *g
 			ctx = context.WithValue(ctx, opKey{}, op)
 		}
 	}
-	if op.IsRead() && c.router != nil && c.router.Hedging() {
-		if msg, ok := reply.(proto.Message); ok {
-			return c.hedge(ctx, op, method, req, msg, cc, invoker, opts)
-		}
+	var err error
+	if msg, ok := reply.(proto.Message); ok && op.IsRead() && c.router != nil && c.router.Hedging() {
+		err = c.hedge(ctx, op, method, req, msg, cc, invoker, opts)
+	} else {
+		err = invoker(ctx, method, req, reply, cc, opts...)
 	}
-	return invoker(ctx, method, req, reply, cc, opts...)
+	if h, ok := reply.(interface{ GetHeader() *pb.ResponseHeader }); ok && err == nil && c.router != nil {
+		// Every answer carries the Raft term: a newer one than the probes
+		// showed means the leader may have moved.
+		c.router.ObserveTerm(h.GetHeader().GetRaftTerm())
+	}
+	return err
 }
 
 // hedge runs one read through router.Hedge. The hedge gets a reply of its

@@ -459,6 +459,12 @@ func (c *Conn) SetServers(servers []string) error {
 }
 
 func (c *Conn) onPrimaryEvent(ev zk.Event) {
+	if ev.Type == zk.EventSession && ev.State == zk.StateDisconnected {
+		c.r.Unsettle() // the connection to the leader (or the sticky server) broke
+	}
+	if ev.Type == zk.EventSession && ev.State == zk.StateExpired && c.expired.Load() {
+		return // told already (a wedged primary counted as expired)
+	}
 	if ev.Type == zk.EventSession && ev.State == zk.StateExpired && !c.closed.Load() {
 		// go-zookeeper would now open a new session in its place, silently
 		// dropping our ephemerals. Refuse: the dialer fails from here on,

@@ -143,9 +143,13 @@
 // and the event zk_session_wedged logged: a member session is closed and
 // left behind, and the next call on its server opens a new one; the primary
 // session, after twice the session timeout (ZooKeeper has expired it by
-// then unless a server raised the timeout), counts as expired, as above.
-// The goroutines of a session left behind that way end when its loop gets
-// out; Close does not wait for them past its bound.
+// then unless a server raised the timeout), counts as expired, as above
+// (calls already waiting on it end with their context). Only time during
+// which some server serves counts: ZooKeeper keeps sessions through an
+// election or an ensemble restart. The goroutines of a session left
+// behind that way end when its loop gets out; Close waits for them no
+// longer than for its own sessions (3 s), after at most 3 s for a
+// replacement under way.
 //
 // # Recipes and TLS
 //

@@ -119,7 +119,10 @@ func (c cappedConn) Close() error {
 // for the race detector too). Replies without a zxid pass (the credentials'
 // answer, which go-zookeeper waits for before it sends anything else, and
 // pings). A session whose watches have all fired sends no opSetWatches:
-// its first such reply after a reconnect waits holdMax at most. Upstream,
+// its first such reply after a reconnect waits holdMax at most. One gap
+// stays: an opSetWatches request left queued by a connection that died
+// under it goes out first on the next one and releases the hold early.
+// Upstream,
 // reading lastZxid atomically (or before starting the receive loop) fixes
 // the same.
 type replyHold struct {

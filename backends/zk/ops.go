@@ -191,7 +191,13 @@ func (c *Conn) Set(path string, data []byte, version int32) (*zk.Stat, error) {
 
 // SetContext is Set bounded by ctx.
 func (c *Conn) SetContext(ctx context.Context, path string, data []byte, version int32) (*zk.Stat, error) {
-	return write(c, ctx, false, func(z *zk.Conn) (*zk.Stat, error) { return z.Set(path, data, version) })
+	st, err := write(c, ctx, false, func(z *zk.Conn) (*zk.Stat, error) { return z.Set(path, data, version) })
+	if err == nil && st != nil {
+		// The write's zxid carries the epoch of the leader that committed
+		// it: a newer one than the probes showed means a new leader.
+		c.r.ObserveTerm(uint64(st.Mzxid) >> 32)
+	}
+	return st, err
 }
 
 // Delete deletes a znode if its version matches (-1 for any).

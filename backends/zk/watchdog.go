@@ -32,13 +32,21 @@ func (c *Conn) watchSessions() {
 		}
 		now := time.Now()
 		open := c.sessions()
+		serving := c.anyServes()
 		for s := range down {
-			if !slices.Contains(open, s) {
+			switch {
+			case !slices.Contains(open, s):
 				delete(down, s) // left behind meanwhile
+			case !serving:
+				// No server serves (an election, an ensemble restart):
+				// ZooKeeper keeps sessions through that, and a session
+				// cannot be blamed for finding no server. Only time with
+				// a server to go to counts.
+				down[s] = now
 			}
 		}
 		for _, s := range open {
-			if s.zk.State() == zk.StateHasSession {
+			if s.zk.State() == zk.StateHasSession || (s == c.primary && c.expired.Load()) {
 				delete(down, s)
 				continue
 			}
@@ -51,7 +59,7 @@ func (c *Conn) watchSessions() {
 			if s == c.primary {
 				limit *= 2
 			}
-			if now.Sub(since) <= limit || !c.anyServes() {
+			if now.Sub(since) <= limit || !serving {
 				continue
 			}
 			delete(down, s)
@@ -73,22 +81,28 @@ func (c *Conn) replaceWedged(s *session, down time.Duration) {
 	if c.closed.Load() {
 		return
 	}
+	if s == c.primary && c.expired.Load() {
+		return
+	}
 	c.onEvent(router.Event{Kind: EventSessionWedged, Warn: true, Attrs: []slog.Attr{
 		slog.String("session", s.name), slog.Duration("without_server", down)}})
 	if s == c.primary {
-		if !c.expired.Swap(true) {
-			c.sessionExpired("primary")
-			c.sendEvent(zk.Event{Type: zk.EventSession, State: zk.StateExpired})
-		}
+		// As ZooKeeper's own expiry: the event on the channel and to the
+		// callback, and every later call refused.
+		c.onPrimaryEvent(zk.Event{Type: zk.EventSession, State: zk.StateExpired})
 		return
 	}
 	c.memMu.Lock()
+	found := false
 	for i, m := range c.mem {
 		if m == s {
-			c.mem[i] = nil
+			c.mem[i], found = nil, true
 		}
 	}
 	c.memMu.Unlock()
+	if !found {
+		return // retired and being closed meanwhile
+	}
 	s.kick() // a call blocked on the connection ends now
 	c.bg.Go(s.close)
 }

@@ -29,33 +29,20 @@ const (
 // reply to that request then arrives while the watches are still being
 // re-registered, the window in which go-zookeeper v1.0.4 races on lastZxid.
 type reconnectStaller struct {
+	dialed
 	armed     atomic.Bool
 	exercised atomic.Int64 // connections with a request answered ahead of opSetWatches
-	mu        sync.Mutex
-	conns     []net.Conn
 }
 
 func (d *reconnectStaller) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
 	if d.armed.Load() {
 		time.Sleep(100 * time.Millisecond) // fault injection: a slow accept
 	}
-	c, err := net.DialTimeout(network, addr, timeout)
+	c, err := d.dialed.dial(network, addr, timeout)
 	if err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
-	d.conns = append(d.conns, c)
-	d.mu.Unlock()
 	return &stallConn{Conn: c, d: d, stall: d.armed.Load()}, nil
-}
-
-func (d *reconnectStaller) kick() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, c := range d.conns {
-		c.Close()
-	}
-	d.conns = nil
 }
 
 type stallConn struct {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,32 +28,71 @@ const opSetAuth = 100
 // when a reset lands between a reconnect's handshake and go-zookeeper's
 // resending of the session's credentials.
 type authCutter struct {
+	dialed
 	armed atomic.Bool
 	cuts  atomic.Int64
-	mu    sync.Mutex
-	conns []net.Conn
 }
 
 func (d *authCutter) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := d.dialed.dial(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &authCutConn{Conn: c, d: d}, nil
+}
+
+// dialed dials as the default dialer does and keeps the connections, by
+// address, so that a test can cut them (kick): the sessions reconnect.
+type dialed struct {
+	mu    sync.Mutex
+	conns map[string][]net.Conn
+}
+
+func (d *dialed) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
 	c, err := net.DialTimeout(network, addr, timeout)
 	if err != nil {
 		return nil, err
 	}
 	d.mu.Lock()
-	d.conns = append(d.conns, c)
-	d.mu.Unlock()
-	return &authCutConn{Conn: c, d: d}, nil
+	defer d.mu.Unlock()
+	if d.conns == nil {
+		d.conns = map[string][]net.Conn{}
+	}
+	d.conns[addr] = append(d.conns[addr], c)
+	return c, nil
 }
 
-// kick closes every connection dialed so far: each session reconnects and
-// resends its credentials.
-func (d *authCutter) kick() {
+// kick closes the connections dialed so far to addrs, to every address
+// when none is given.
+func (d *dialed) kick(addrs ...string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, c := range d.conns {
-		c.Close()
+	for addr, cs := range d.conns {
+		if len(addrs) > 0 && !slices.Contains(addrs, addr) {
+			continue
+		}
+		for _, c := range cs {
+			c.Close()
+		}
+		delete(d.conns, addr)
 	}
-	d.conns = nil
+}
+
+// closeWithin calls conn.Close and fails t if it does not return within d.
+// It reports whether Close returned (if not, it must not be called again).
+func closeWithin(t *testing.T, conn *ozk.Conn, d time.Duration) bool {
+	t.Helper()
+	done := make(chan struct{})
+	start := time.Now()
+	go func() { conn.Close(); close(done) }()
+	select {
+	case <-done:
+		t.Logf("Close returned in %v", time.Since(start))
+		return true
+	case <-time.After(d):
+		t.Errorf("Close did not return within %v", d)
+		return false
+	}
 }
 
 type authCutConn struct {
@@ -132,17 +172,8 @@ func TestFailedCredentialResendDoesNotWedge(t *testing.T) {
 	if d.cuts.Load() == 0 {
 		t.Fatal("no credential write was cut: the test tested nothing")
 	}
-	done := make(chan struct{})
-	start := time.Now()
-	go func() { conn.Close(); close(done) }()
-	select {
-	case <-done:
-		closed = true
-		t.Logf("Close returned in %v", time.Since(start))
-	case <-time.After(5 * time.Second):
-		closed = true // it is stuck: do not call it again
-		t.Fatal("Close did not return within 5 s")
-	}
+	closed = true // returned or stuck: not again
+	closeWithin(t, conn, 5*time.Second)
 }
 
 // A storm of connection resets: 12 Conns with digest credentials read and
@@ -337,32 +368,24 @@ func aclNode(t *testing.T, c *testbed.ZKCluster, path string) *zk.Conn {
 // connect request; probes write four-letter words) until released, deadlines
 // or not: a session loop stuck where go-zookeeper cannot get it out.
 type connectHanger struct {
+	dialed
 	addr    atomic.Value // string: the address armed, "" for none
 	hung    atomic.Int64
 	release chan struct{}
-	mu      sync.Mutex
-	conns   map[string][]net.Conn
+}
+
+func newConnectHanger() *connectHanger {
+	d := &connectHanger{release: make(chan struct{})}
+	d.addr.Store("")
+	return d
 }
 
 func (d *connectHanger) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout(network, addr, timeout)
+	c, err := d.dialed.dial(network, addr, timeout)
 	if err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
-	d.conns[addr] = append(d.conns[addr], c)
-	d.mu.Unlock()
 	return &hangConn{Conn: c, d: d, addr: addr}, nil
-}
-
-// kick closes the connections dialed to addr so far.
-func (d *connectHanger) kick(addr string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, c := range d.conns[addr] {
-		c.Close()
-	}
-	d.conns[addr] = nil
 }
 
 type hangConn struct {
@@ -394,8 +417,7 @@ func TestWedgedMemberSessionIsReplaced(t *testing.T) {
 	}
 	follower := (leader + 1) % c.Size()
 	ep := c.Endpoints()[follower]
-	d := &connectHanger{release: make(chan struct{}), conns: map[string][]net.Conn{}}
-	d.addr.Store("")
+	d := newConnectHanger()
 	released := false
 	defer func() {
 		if !released {
@@ -449,16 +471,8 @@ func TestWedgedMemberSessionIsReplaced(t *testing.T) {
 	}
 	close(d.release) // the stuck loop ends: its session was closed
 	released = true
-	done := make(chan struct{})
-	cstart := time.Now()
-	go func() { conn.Close(); close(done) }()
-	select {
-	case <-done:
-		closed = true
-		t.Logf("Close returned in %v", time.Since(cstart))
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close did not return within 5 s")
-	}
+	closed = true
+	closeWithin(t, conn, 5*time.Second)
 }
 
 // A primary session stuck reconnecting cannot be replaced without losing
@@ -472,9 +486,7 @@ func TestWedgedPrimarySessionExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep := c.Endpoints()[leader]
-	d := &connectHanger{release: make(chan struct{}), conns: map[string][]net.Conn{}}
-	d.addr.Store("")
+	d, ep := newConnectHanger(), c.Endpoints()[leader]
 	rec := &recorder{}
 	conn, events, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithDialer(d.dial), ozk.WithLogger(quiet{}), ozk.WithEventLogger(slog.New(rec)))
 	if err != nil {

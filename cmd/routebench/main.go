@@ -6,6 +6,7 @@
 //
 //	go run ./cmd/routebench
 //	go run ./cmd/routebench --scenario all --out out/
+//	go run ./cmd/routebench --scenario fleet --backend zk
 //	go run ./cmd/routebench --endpoints http://10.0.0.1:2379,http://10.0.0.2:2379,http://10.0.0.3:2379
 package main
 
@@ -142,6 +143,9 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *scenario == bench.ScenarioFleet {
+		return runFleet(ctx, r, opts, *out)
+	}
 	header := headerText(opts, *scenario)
 	fmt.Print(header)
 	comps, err := r.Run(ctx, strings.Split(*scenario, ",")...)
@@ -225,4 +229,33 @@ func replotDir(dir string) error {
 		}
 	}
 	return bench.WriteFiles(dir, comps, header)
+}
+
+// runFleet runs the fleet scenario: what a fleet of clients costs the
+// cluster, stock against the router probing every round and settled.
+func runFleet(ctx context.Context, r *bench.Runner, opts bench.Options, out string) error {
+	policies := opts.Policies
+	if policies == nil {
+		policies = bench.FleetPolicies(opts.Backend)
+	}
+	trials := 2
+	if opts.Set["trials"] {
+		trials = opts.Trials
+	}
+	fmt.Printf("routebench: fleet on %s (3 members), policies %v, %d trial(s) interleaved; 10 s windows after 5 s to settle\n", opts.Backend.Name(), policies, trials)
+	res, err := r.RunFleets(ctx, bench.DefaultFleetCases(), policies, trials)
+	opts.Progress.(*progress).close()
+	table := bench.FleetMarkdown(res)
+	fmt.Println()
+	fmt.Print(table)
+	if out != "" && len(res) > 0 {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		if werr := os.WriteFile(filepath.Join(out, "fleet.md"), []byte(table), 0o644); werr != nil {
+			return werr
+		}
+		logf("wrote %s/fleet.md", out)
+	}
+	return err
 }

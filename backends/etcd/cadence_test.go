@@ -1,0 +1,81 @@
+package etcd_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/oproute/oproute/backends/etcd"
+	"github.com/oproute/oproute/conformance"
+	"github.com/oproute/oproute/testbed"
+)
+
+// statusServed is the Status RPCs the members answered, by their /metrics.
+func statusServed(t *testing.T, c *testbed.EtcdCluster) uint64 {
+	t.Helper()
+	var n uint64
+	for i := range c.Size() {
+		counts, err := c.GRPCCounts(context.Background(), i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += counts["etcdserverpb.Maintenance/Status"]
+	}
+	return n
+}
+
+func settled(clis ...*etcd.Client) bool {
+	for _, cli := range clis {
+		if !cli.Stats().Settled {
+			return false
+		}
+	}
+	return true
+}
+
+// Idle settled clients probe each member once per stable interval: by the
+// members' own counts at most 0.5 Status RPCs per client and second (12
+// when every round probes).
+func TestIdleClientsProbeRarely(t *testing.T) {
+	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
+	clis := make([]*etcd.Client, 10)
+	for i := range clis {
+		clis[i] = newClient(t, c)
+	}
+	conformance.Poll(t, 15*time.Second, "every client settled", func() bool { return settled(clis...) })
+	before, start := statusServed(t, c), time.Now()
+	time.Sleep(12 * time.Second) // the measured window: one stable interval and its jitter
+	rate := float64(statusServed(t, c)-before) / time.Since(start).Seconds() / float64(len(clis))
+	t.Logf("%d idle settled clients: %.3f Status RPCs per client and second, by the members' counts", len(clis), rate)
+	if rate > 0.5 {
+		t.Fatalf("%.3f Status RPCs per client and second while settled, want at most 0.5", rate)
+	}
+	if !settled(clis...) {
+		t.Fatal("a client left the settled state on an idle healthy cluster")
+	}
+}
+
+// A settled client learns of a leader move from its next response's term,
+// not its next stable probe.
+func TestSettledClientFollowsLeaderMoveFromResponses(t *testing.T) {
+	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cli := newClient(t, c)
+	conformance.Poll(t, 15*time.Second, "the client settled", func() bool { return settled(cli) })
+	old, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := (old + 1) % c.Size()
+	if err := c.MoveLeader(ctx, to); err != nil {
+		t.Fatal(err)
+	}
+	conformance.Poll(t, 10*time.Second, "the move done", func() bool { l, err := c.Leader(ctx); return err == nil && l == to })
+	moved := time.Now()
+	if _, err := cli.Put(ctx, "after-move", "v"); err != nil { // the old leader forwards it
+		t.Fatal(err)
+	}
+	conformance.Poll(t, 2*time.Second, "the client follows the new leader", func() bool { return cli.Stats().Leader == c.Endpoints()[to] })
+	t.Logf("the client followed the move %v after it was done (stable probe interval 10 s)", time.Since(moved).Round(time.Millisecond))
+}

@@ -1,0 +1,343 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// What a fleet of clients costs the cluster: N clients in one process, each
+// with a router of its own, idle or writing at a low paced rate; the
+// members' own counts of the probes they answered and their CPU; then the
+// leader killed, and for every client the time from the new leader to its
+// first acknowledged write.
+
+// FleetOptions configures one fleet run.
+type FleetOptions struct {
+	Policy  string        // a router policy, EveryRound or Stock
+	Clients int           // clients in the fleet
+	Window  time.Duration // how long the steady state is measured
+	// Rate is each client's writes a second (0: idle). Writes are paced,
+	// each on a key of the client's own.
+	Rate float64
+	// Failover kills the leader after the window (Rate must be > 0) and
+	// measures each client's first acknowledged write after the new leader.
+	Failover bool
+	// Settle is how long the clients run before the window opens: routers
+	// settle (SettleRounds probe rounds) and start-up probes pass.
+	Settle time.Duration
+}
+
+// FleetResult is one fleet run's figures.
+type FleetResult struct {
+	Policy  string  `json:"policy"`
+	Clients int     `json:"clients"`
+	Rate    float64 `json:"rate"`
+	// ProbesPerClient is the probe requests (etcd Status RPCs; ZooKeeper
+	// probe connections) the members answered per client and second over
+	// the window, by the members' own counts.
+	ProbesPerClient float64 `json:"probes_per_client_per_s"`
+	MemberCPU       float64 `json:"member_cpu_cores"` // all members together
+	ClientCPU       float64 `json:"client_cpu_cores"` // this process
+	// Failover: per client, new leader → first acknowledged write.
+	FirstWrite   []time.Duration `json:"first_write_after_new_leader,omitempty"`
+	FailedWrites int             `json:"failed_writes"`
+	NewLeaderAt  time.Duration   `json:"new_leader_after_kill,omitempty"`
+}
+
+// probeCounter is a cluster that counts the probes its members answered.
+type probeCounter interface {
+	ProbeRequests(ctx context.Context) (uint64, error)
+}
+
+// ErrNoProbeCounts: the cluster cannot count the probes its members answer.
+var ErrNoProbeCounts = errors.New("bench: the cluster does not count probes (needs the test bed)")
+
+// RunFleet runs one fleet on cl.
+func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, error) {
+	res := FleetResult{Policy: o.Policy, Clients: o.Clients, Rate: o.Rate}
+	pc, ok := cl.(probeCounter)
+	if !ok {
+		return res, ErrNoProbeCounts
+	}
+	if o.Failover && o.Rate <= 0 {
+		return res, errors.New("bench: a fleet failover needs writes (Rate > 0)")
+	}
+	clients := make([]Client, 0, o.Clients)
+	defer func() {
+		var wg sync.WaitGroup
+		for _, c := range clients {
+			wg.Go(func() { c.Close() })
+		}
+		wg.Wait()
+	}()
+	for range o.Clients {
+		c, err := cl.Connect(ctx, o.Policy, 1)
+		if err != nil {
+			return res, fmt.Errorf("client %d: %w", len(clients), err)
+		}
+		clients = append(clients, c)
+	}
+
+	// Writers: each client paced at Rate, its own key; acks and failures
+	// recorded with their times.
+	type ack struct {
+		start, end time.Time
+		err        error
+	}
+	logs := make([][]ack, len(clients))
+	stop := make(chan struct{})
+	var writers sync.WaitGroup
+	if o.Rate > 0 {
+		every := time.Duration(float64(time.Second) / o.Rate)
+		for k, c := range clients {
+			writers.Go(func() {
+				key := fmt.Sprintf("fleet/%d", k)
+				// Spread the clients' first writes over one period.
+				t := time.NewTimer(time.Duration(k) * every / time.Duration(len(clients)))
+				defer t.Stop()
+				for n := 0; n < 1_000_000; n++ {
+					select {
+					case <-stop:
+						return
+					case <-ctx.Done():
+						return
+					case <-t.C:
+					}
+					t.Reset(every)
+					wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+					start := time.Now()
+					err := c.Write(wctx, key, []byte("v"))
+					cancel()
+					logs[k] = append(logs[k], ack{start, time.Now(), err})
+				}
+			})
+		}
+	}
+	endWriters := func() {
+		close(stop)
+		writers.Wait()
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			endWriters()
+		}
+	}()
+
+	if err := sleepCtx(ctx, o.Settle); err != nil {
+		return res, err
+	}
+	probes0, err := pc.ProbeRequests(ctx)
+	if err != nil {
+		return res, err
+	}
+	cpu0, client0, t0 := sum(cl.ServerCPU()), processCPU(), time.Now()
+	if err := sleepCtx(ctx, o.Window); err != nil {
+		return res, err
+	}
+	probes1, err := pc.ProbeRequests(ctx)
+	if err != nil {
+		return res, err
+	}
+	span := time.Since(t0).Seconds()
+	res.ProbesPerClient = float64(probes1-probes0) / span / float64(len(clients))
+	res.MemberCPU = (sum(cl.ServerCPU()) - cpu0).Seconds() / span
+	res.ClientCPU = (processCPU() - client0).Seconds() / span
+
+	if !o.Failover {
+		return res, nil
+	}
+	f := cl.Faults()
+	if f == nil {
+		return res, ErrNeedsTestbed
+	}
+	old, err := cl.Leader(ctx)
+	if err != nil {
+		return res, err
+	}
+	killed := time.Now()
+	if err := f.Kill(old); err != nil {
+		return res, err
+	}
+	var elected time.Time
+	for deadline := killed.Add(60 * time.Second); ; {
+		if i, err := cl.Leader(ctx); err == nil && i != old {
+			elected = time.Now()
+			break
+		}
+		if time.Now().After(deadline) {
+			return res, errors.New("bench: no new leader 60 s after the kill")
+		}
+		if err := sleepCtx(ctx, 5*time.Millisecond); err != nil { // polling the servers
+			return res, err
+		}
+	}
+	res.NewLeaderAt = elected.Sub(killed)
+	// Ten seconds of writes after the new leader: every client's first
+	// acknowledged write falls in them, or it counts as none (-1).
+	if err := sleepCtx(ctx, 10*time.Second); err != nil {
+		return res, err
+	}
+	endWriters()
+	stopped = true
+	for k := range clients {
+		first := time.Duration(-1)
+		for _, a := range logs[k] {
+			if a.start.After(killed) && a.err != nil {
+				res.FailedWrites++
+			}
+			if first < 0 && a.err == nil && a.end.After(elected) {
+				first = a.end.Sub(elected)
+			}
+		}
+		res.FirstWrite = append(res.FirstWrite, first)
+	}
+	slices.Sort(res.FirstWrite)
+	return res, f.Restart(ctx, old)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// ScenarioFleet is the fleet scenario's name: not one of Scenarios(), since
+// its figures are a fleet's cost, not a workload's latency.
+const ScenarioFleet = "fleet"
+
+// FleetCase is one row of the fleet scenario: a fleet size and load.
+type FleetCase struct {
+	Clients  int
+	Rate     float64 // writes a second per client; 0 idle
+	Failover bool
+}
+
+// DefaultFleetCases are the fleet scenario's rows: idle fleets of 100 and
+// 500, 100 clients writing once a second, and 50 clients writing twice a
+// second through a leader kill.
+func DefaultFleetCases() []FleetCase {
+	return []FleetCase{{Clients: 100}, {Clients: 500}, {Clients: 100, Rate: 1}, {Clients: 50, Rate: 2, Failover: true}}
+}
+
+// FleetPolicies are the policies the fleet scenario compares on be: stock
+// clientv3 (etcd; plain go-zookeeper sends no probes), hybrid probing every
+// round, hybrid with its adaptive cadence.
+func FleetPolicies(be Backend) []string {
+	if be.Name() == "etcd" {
+		return []string{Stock, EveryRound, "hybrid"}
+	}
+	return []string{EveryRound, "hybrid"}
+}
+
+// RunFleets runs every case for every policy, trials times each, the
+// policies interleaved, on one cluster per case (a failover kills its
+// leader).
+func (r *Runner) RunFleets(ctx context.Context, cases []FleetCase, policies []string, trials int) ([]FleetResult, error) {
+	be := r.opts.Backend
+	var out []FleetResult
+	for _, fc := range cases {
+		for trial := range trials {
+			for _, p := range policies {
+				cl, err := r.cluster(ctx, be, 3)
+				if err != nil {
+					return out, err
+				}
+				label := fmt.Sprintf("fleet %s: %d clients, %.0f writes/s each%s, trial %d", p, fc.Clients, fc.Rate, map[bool]string{true: ", leader killed"}[fc.Failover], trial+1)
+				o := FleetOptions{Policy: p, Clients: fc.Clients, Window: 10 * time.Second, Rate: fc.Rate, Failover: fc.Failover, Settle: 5 * time.Second}
+				if r.opts.Progress != nil {
+					r.opts.Progress.Start(label, o.Settle+o.Window)
+				}
+				res, err := RunFleet(ctx, cl, o)
+				if r.opts.Progress != nil {
+					r.opts.Progress.Finish()
+				}
+				if err != nil {
+					return out, fmt.Errorf("%s: %w", label, err)
+				}
+				out = append(out, res)
+			}
+		}
+	}
+	return out, nil
+}
+
+// FleetMarkdown renders fleet results: per case and policy the mean ± sd
+// over trials.
+func FleetMarkdown(results []FleetResult) string {
+	type key struct {
+		policy   string
+		clients  int
+		rate     float64
+		failover bool
+	}
+	var order []key
+	groups := map[key][]FleetResult{}
+	for _, r := range results {
+		k := key{r.Policy, r.Clients, r.Rate, r.FirstWrite != nil}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], r)
+	}
+	var b strings.Builder
+	b.WriteString("| Fleet | Policy | Probes /client/s | Members' CPU (cores) | Client CPU (cores) | Failover: first write after new leader P50 / P99 / max (s) | Failed writes |\n|---|---|---|---|---|---|---|\n")
+	for _, k := range order {
+		g := groups[k]
+		var probes, mcpu, ccpu, p50, p99, pmax, failed []float64
+		never := 0
+		for _, r := range g {
+			probes = append(probes, r.ProbesPerClient)
+			mcpu = append(mcpu, r.MemberCPU)
+			ccpu = append(ccpu, r.ClientCPU)
+			failed = append(failed, float64(r.FailedWrites))
+			if r.FirstWrite != nil {
+				var got []time.Duration
+				for _, d := range r.FirstWrite {
+					if d < 0 {
+						never++
+						continue
+					}
+					got = append(got, d)
+				}
+				if len(got) > 0 {
+					p50 = append(p50, percentile(got, 50).Seconds())
+					p99 = append(p99, percentile(got, 99).Seconds())
+					pmax = append(pmax, got[len(got)-1].Seconds())
+				}
+			}
+		}
+		fleet := fmt.Sprintf("%d, %s", k.clients, map[bool]string{false: "idle", true: fmt.Sprintf("%.0f writes/s each", k.rate)}[k.rate > 0])
+		if k.failover {
+			fleet += ", leader killed"
+		}
+		fo, fw := "—", "—"
+		if k.failover {
+			fo = fmt.Sprintf("%s / %s / %s", pm(p50, 2), pm(p99, 2), pm(pmax, 2))
+			if never > 0 {
+				fo += fmt.Sprintf(" (%d clients none in 10 s)", never)
+			}
+			fw = pm(failed, 0)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", fleet, k.policy, pm(probes, 2), pm(mcpu, 3), pm(ccpu, 2), fo, fw)
+	}
+	return b.String()
+}
+
+// pm is mean ± sd over trials with d decimals, "—" for none.
+func pm(xs []float64, d int) string {
+	if len(xs) == 0 {
+		return "—"
+	}
+	return Summarize(xs).Format(d)
+}

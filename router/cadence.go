@@ -1,0 +1,171 @@
+package router
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// SettleRounds is how many probe rounds in a row must find nothing to watch
+// before the router probes at Config.StableProbeInterval.
+const SettleRounds = 8
+
+// stallTicks is how many rounds in a row a member may hold calls without
+// finishing any before that counts as evidence (a member that stopped
+// answering shows no failure until its callers give up).
+const stallTicks = 2
+
+// cadence is the probe rate's state: settled (probing rarely) or not.
+type cadence struct {
+	calm      int       // probe rounds in a row that found nothing to watch; guarded by Router.mu
+	nextProbe time.Time // the next probe round while settled; guarded by Router.mu
+	settled   atomic.Bool
+	evidence  atomic.Bool   // something seen since the last round calls for probes
+	knownTerm atomic.Uint64 // the leader's term by the last probe round
+	termSeen  atomic.Uint64 // the newest term ObserveTerm was told of
+}
+
+// round is one turn of the background loop: a probe round when one is due
+// (forced by Refresh, not settled, evidence, or the stable wait over), else
+// a judgement of the reads alone on the last probes' word.
+func (r *Router) round(ctx context.Context, forced bool) {
+	if forced || r.probeDue() {
+		r.refresh(ctx)
+		return
+	}
+	r.apply(nil, r.forgets.Load(), false)
+	if r.hedge != nil {
+		r.hedge.update()
+	}
+}
+
+func (r *Router) probeDue() bool {
+	if r.cfg.Prober == nil || !r.settled.Load() || r.evidence.Load() {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.cfg.Clock.Now().Before(r.nextProbe)
+}
+
+// Unsettle tells the router of evidence that leadership or a member's
+// health may have changed (a connection to a member broke, a session was
+// lost): it probes at once, and at ProbeInterval until settled again.
+func (r *Router) Unsettle() {
+	r.evidence.Store(true)
+	r.Refresh()
+}
+
+// unsettleIfSettled is Unsettle for the hot path: it costs one atomic load
+// unless the router is settled.
+func (r *Router) unsettleIfSettled() {
+	if r.settled.Load() {
+		r.Unsettle()
+	}
+}
+
+// ObserveTerm reports the leadership term (Raft term, ZAB epoch) that a
+// response carried. A term newer than the probes have shown means the
+// leader may have changed: the router probes at once (once per new term).
+func (r *Router) ObserveTerm(term uint64) {
+	if term <= r.knownTerm.Load() {
+		return
+	}
+	for {
+		seen := r.termSeen.Load()
+		if term <= seen {
+			return
+		}
+		if r.termSeen.CompareAndSwap(seen, term) {
+			break
+		}
+	}
+	r.Unsettle()
+}
+
+// settleLocked updates the cadence after a round that built next. Caller
+// must hold r.mu.
+func (r *Router) settleLocked(prev, next *snapshot, probed bool, now time.Time) {
+	if next.leader >= 0 && probed {
+		r.knownTerm.Store(r.leaderTermLocked(next.leader, next.reachable))
+	}
+	quiet := r.quietLocked(next)
+	if !quiet || r.evidence.Swap(false) || (probed && next.leader != prev.leader) || r.cfg.StableProbeInterval <= r.cfg.ProbeInterval {
+		r.calm = 0
+		r.settled.Store(false)
+		return
+	}
+	if !probed {
+		return
+	}
+	r.calm++
+	if r.calm >= SettleRounds {
+		r.nextProbe = now.Add(r.jitter(r.cfg.StableProbeInterval))
+		r.settled.Store(true)
+	}
+}
+
+// jitter spreads d uniformly over ±20 %.
+func (r *Router) jitter(d time.Duration) time.Duration {
+	return d*8/10 + time.Duration(r.random()%uint64(d*4/10+1))
+}
+
+// quietLocked reports whether next and the members' health leave nothing
+// to watch: a leader, every member reachable, serving and in the read
+// pool, and none failing, slow, stalled or busy. Caller must hold r.mu.
+func (r *Router) quietLocked(next *snapshot) bool {
+	ro := r.roster()
+	if r.cfg.Prober == nil || next.leader < 0 || len(next.unfit) > 0 || len(next.pool) != len(next.reachable) {
+		return false
+	}
+	live := 0
+	for i, h := range ro.health {
+		if ro.retired[i] {
+			continue
+		}
+		live++
+		if !h.probed || h.probeFailures > 0 || h.busy.Load() > 0 || h.ejected || h.slowReadRounds > 0 || h.slowProbeRounds > 0 ||
+			h.readFailStreak.Load() > 0 || h.stalled >= stallTicks {
+			return false
+		}
+	}
+	return live == len(next.reachable)
+}
+
+// leaderTermLocked is the leader's term: the highest the reachable members
+// claim for it (the followers may name it at a newer term than its own
+// last answer). Caller must hold r.mu.
+func (r *Router) leaderTermLocked(leader int, reachable []int) uint64 {
+	term := r.roster().health[leader].lastProbe.Term
+	for _, i := range reachable {
+		if h := r.roster().health[i]; h.probed && h.lastProbe.LeaderID != "" && r.byServerID(h.lastProbe.LeaderID, reachable) == leader {
+			term = max(term, h.lastProbe.Term)
+		}
+	}
+	return term
+}
+
+// trackStallsLocked counts, per member, the rounds in a row at which it
+// held calls (other than streams) and finished none. Caller must hold r.mu.
+func (r *Router) trackStallsLocked() {
+	for _, h := range r.roster().health {
+		var ended, picked uint64
+		for op := range Op(numOps) {
+			if op == Stream {
+				continue
+			}
+			ended += h.oks[op].Load() + h.errs[op].Load() + h.gaveUp[op].Load() + h.ignored[op].Load()
+		}
+		for op := range Op(numOps) {
+			if op != Stream {
+				picked += h.ops[op].Load() // after the ends: a call counted ended is counted picked
+			}
+		}
+		if picked > ended && ended == h.lastEnded {
+			h.stalled++
+		} else {
+			h.stalled = 0
+		}
+		h.lastEnded = ended
+	}
+}

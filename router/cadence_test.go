@@ -1,0 +1,171 @@
+package router
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// newCadenceRouter is a test router with the adaptive cadence on (probe
+// interval 250 ms, stable interval 10 s) whose background loop has stopped:
+// the test drives every round through round.
+func newCadenceRouter(t *testing.T) testRouter {
+	t.Helper()
+	tr := newTestRouter(t, Config{})
+	tr.cancel()
+	<-tr.done
+	tr.cfg.ProbeInterval, tr.cfg.StableProbeInterval = 250*time.Millisecond, 10*time.Second
+	return tr
+}
+
+// tick advances the clock one probe interval and runs a round, as the
+// background loop does; forced when a Refresh was asked for meanwhile.
+func (tr testRouter) tick() (probed bool) {
+	tr.clock.Advance(tr.cfg.ProbeInterval)
+	forced := false
+	select {
+	case <-tr.refreshc:
+		forced = true
+	default:
+	}
+	before := tr.cluster.probes()
+	tr.round(context.Background(), forced)
+	return tr.cluster.probes() > before
+}
+
+func (f *fakeCluster) probes() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+// settle ticks until the router is settled, and fails past a bound.
+func (tr testRouter) settle(t *testing.T) {
+	t.Helper()
+	for range 4 * SettleRounds {
+		if tr.settled.Load() {
+			return
+		}
+		tr.tick()
+	}
+	t.Fatalf("not settled after %d rounds on a quiet cluster", 4*SettleRounds)
+}
+
+func TestSettledRouterProbesRarely(t *testing.T) {
+	tr := newCadenceRouter(t)
+	tr.settle(t)
+	start, probes := tr.clock.Now(), tr.cluster.probes()
+	for tr.clock.Now().Sub(start) < 10*time.Minute {
+		tr.tick()
+	}
+	rounds := (tr.cluster.probes() - probes) / 3
+	// One round per 8–12 s (the jitter), give or take the one under way.
+	if rounds < 600/12 || rounds > 600/8+1 {
+		t.Fatalf("%d probe rounds in 10 minutes settled, want one per 8–12 s", rounds)
+	}
+	t.Logf("%d probe rounds in 10 minutes settled (%.2f probes a second)", rounds, float64(3*rounds)/600)
+}
+
+func TestEvidenceUnsettles(t *testing.T) {
+	cases := []struct {
+		name string
+		act  func(tr testRouter)
+	}{
+		{"failed read", func(tr testRouter) {
+			p, _ := tr.Pick(context.Background(), LinearizableRead)
+			p.Done(MemberFault)
+		}},
+		{"failed write", func(tr testRouter) {
+			p, _ := tr.Pick(context.Background(), Write)
+			p.Done(MemberFault)
+		}},
+		{"newer term", func(tr testRouter) { tr.ObserveTerm(2) }},
+		{"Unsettle", func(tr testRouter) { tr.Unsettle() }},
+		{"membership change", func(tr testRouter) {
+			if err := tr.SetMembers(members(4)); err != nil {
+				panic(err)
+			}
+		}},
+		{"maintenance", func(tr testRouter) { tr.Busy(1) }},
+		{"read cut far above the median", func(tr testRouter) {
+			p, _ := tr.Pick(WithMember(context.Background(), "m1"), LinearizableRead)
+			tr.clock.Advance(time.Second)
+			p.Done(CallerGaveUp)
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tr := newCadenceRouter(t)
+			tr.run(t, 100, LinearizableRead, func(Member) time.Duration { return time.Millisecond })
+			tr.settle(t)
+			c.act(tr)
+			if !tr.tick() {
+				t.Fatal("no probe round at the next tick")
+			}
+			if tr.settled.Load() {
+				t.Fatal("still settled after the evidence")
+			}
+			if !tr.tick() {
+				t.Fatal("not probing at the fast rate after the evidence")
+			}
+		})
+	}
+}
+
+func TestNoEvidenceKeepsCadence(t *testing.T) {
+	tr := newCadenceRouter(t)
+	tr.settle(t)
+	tr.ObserveTerm(1) // the term the probes know
+	p, _ := tr.Pick(context.Background(), LinearizableRead)
+	p.Done(OK)
+	p, _ = tr.Pick(context.Background(), Write)
+	p.Done(AppError)
+	if tr.tick() || !tr.settled.Load() {
+		t.Fatal("a probe round, or unsettled, without evidence")
+	}
+}
+
+// A member that holds reads and answers none shows no failure until its
+// callers give up: that it stalls is evidence.
+func TestStalledMemberUnsettles(t *testing.T) {
+	tr := newCadenceRouter(t)
+	tr.settle(t)
+	p, _ := tr.Pick(WithMember(context.Background(), "m2"), LinearizableRead)
+	defer p.Done(NotSent)
+	probed := false
+	for range stallTicks + 1 {
+		probed = probed || tr.tick()
+	}
+	if tr.settled.Load() {
+		t.Fatal("still settled with a read held for three rounds")
+	}
+	if !tr.tick() {
+		t.Fatal("not probing at the fast rate with a member stalled")
+	}
+}
+
+func TestLeaderChangeSeenWhileSettled(t *testing.T) {
+	tr := newCadenceRouter(t)
+	tr.settle(t)
+	tr.cluster.set("m1", 2)
+	start := tr.clock.Now()
+	for tr.Stats().Leader != "m1" {
+		if tr.clock.Now().Sub(start) > 12*time.Second+tr.cfg.ProbeInterval {
+			t.Fatal("an idle settled router missed a leader change for longer than its stable interval")
+		}
+		tr.tick()
+	}
+	if tr.settled.Load() {
+		t.Fatal("settled right after a leader change")
+	}
+}
+
+func TestCadenceOffAtOrBelowProbeInterval(t *testing.T) {
+	tr := newCadenceRouter(t)
+	tr.cfg.StableProbeInterval = tr.cfg.ProbeInterval
+	for range 4 * SettleRounds {
+		if !tr.tick() {
+			t.Fatal("a round without probes with the cadence off")
+		}
+	}
+}
