@@ -49,6 +49,10 @@ type FleetResult struct {
 	NewLeaderAt  time.Duration   `json:"new_leader_after_kill,omitempty"`
 }
 
+// unsharedProbes on Connect's context asks for a client that shares no
+// probes with the process's others (ZooKeeper Conns share by default).
+type unsharedProbes struct{}
+
 // probeCounter is a cluster that counts the probes its members answered.
 type probeCounter interface {
 	ProbeRequests(ctx context.Context) (uint64, error)
@@ -75,8 +79,10 @@ func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, err
 		}
 		wg.Wait()
 	}()
+	// A fleet is many processes: no two of its clients share probes.
+	cctx := context.WithValue(ctx, unsharedProbes{}, true)
 	for range o.Clients {
-		c, err := cl.Connect(ctx, o.Policy, 1)
+		c, err := cl.Connect(cctx, o.Policy, 1)
 		if err != nil {
 			return res, fmt.Errorf("client %d: %w", len(clients), err)
 		}
@@ -164,6 +170,12 @@ func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, err
 	if err := f.Kill(old); err != nil {
 		return res, err
 	}
+	restarted := false
+	defer func() {
+		if !restarted {
+			f.Restart(context.WithoutCancel(ctx), old)
+		}
+	}()
 	var elected time.Time
 	for deadline := killed.Add(60 * time.Second); ; {
 		if i, err := cl.Leader(ctx); err == nil && i != old {
@@ -198,6 +210,7 @@ func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, err
 		res.FirstWrite = append(res.FirstWrite, first)
 	}
 	slices.Sort(res.FirstWrite)
+	restarted = true
 	return res, f.Restart(ctx, old)
 }
 
@@ -241,8 +254,8 @@ func FleetPolicies(be Backend) []string {
 }
 
 // RunFleets runs every case for every policy, trials times each, the
-// policies interleaved, on one cluster per case (a failover kills its
-// leader).
+// policies interleaved, on the runner's cluster (a failover kills its
+// leader and restarts it).
 func (r *Runner) RunFleets(ctx context.Context, cases []FleetCase, policies []string, trials int) ([]FleetResult, error) {
 	be := r.opts.Backend
 	var out []FleetResult

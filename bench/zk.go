@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -189,6 +190,9 @@ func (c *zkCluster) Connect(ctx context.Context, policy string, _ int) (Client, 
 		return nil, fmt.Errorf("bench: %s is an etcd baseline (ZooKeeper's stock client is sticky)", policy)
 	}
 	opts := []ozk.Option{ozk.WithPolicy(routedPolicy(policy)), ozk.WithConnectTimeout(10 * time.Second), ozk.WithLogger(quietLogger{}), ozk.WithRouterConfig(routerTune(policy))}
+	if ctx.Value(unsharedProbes{}) != nil {
+		opts = append(opts, ozk.WithDialer(net.DialTimeout)) // a dialer of its own: its probes are its own
+	}
 	if c.clientZone != "" {
 		zones := map[string]string{}
 		for i, ep := range c.endpoints {

@@ -10,9 +10,8 @@ import (
 // before the router probes at Config.StableProbeInterval.
 const SettleRounds = 8
 
-// stallTicks is how many rounds in a row a member may hold calls without
-// finishing any before that counts as evidence (a member that stopped
-// answering shows no failure until its callers give up).
+// stallTicks is how many rounds in a row a member may answer no call while
+// calls to it hang or are given up before that counts as evidence.
 const stallTicks = 2
 
 // cadence is the probe rate's state: settled (probing rarely) or not.
@@ -146,26 +145,32 @@ func (r *Router) leaderTermLocked(leader int, reachable []int) uint64 {
 }
 
 // trackStallsLocked counts, per member, the rounds in a row at which it
-// held calls (other than streams) and finished none. Caller must hold r.mu.
+// answered no call (other than streams) while it held calls, or its callers
+// gave up on some since the round before: a member that stopped answering
+// (frozen, cut off) shows no failure, only calls that hang or are cut by
+// their callers (and by hedges). Caller must hold r.mu.
 func (r *Router) trackStallsLocked() {
 	for _, h := range r.roster().health {
-		var ended, picked uint64
+		var answered, gaveUp, ignored, picked uint64
 		for op := range Op(numOps) {
 			if op == Stream {
 				continue
 			}
-			ended += h.oks[op].Load() + h.errs[op].Load() + h.gaveUp[op].Load() + h.ignored[op].Load()
+			answered += h.oks[op].Load() + h.errs[op].Load()
+			gaveUp += h.gaveUp[op].Load()
+			ignored += h.ignored[op].Load()
 		}
 		for op := range Op(numOps) {
 			if op != Stream {
 				picked += h.ops[op].Load() // after the ends: a call counted ended is counted picked
 			}
 		}
-		if picked > ended && ended == h.lastEnded {
+		held := picked > answered+gaveUp+ignored
+		if answered == h.lastAnswered && (held || gaveUp > h.lastGaveUp) {
 			h.stalled++
 		} else {
 			h.stalled = 0
 		}
-		h.lastEnded = ended
+		h.lastAnswered, h.lastGaveUp = answered, gaveUp
 	}
 }

@@ -87,6 +87,10 @@ func TestEvidenceUnsettles(t *testing.T) {
 			}
 		}},
 		{"maintenance", func(tr testRouter) { tr.Busy(1) }},
+		{"write cut by its caller", func(tr testRouter) {
+			p, _ := tr.Pick(context.Background(), Write)
+			p.Done(CallerGaveUp)
+		}},
 		{"read cut far above the median", func(tr testRouter) {
 			p, _ := tr.Pick(WithMember(context.Background(), "m1"), LinearizableRead)
 			tr.clock.Advance(time.Second)
@@ -167,5 +171,22 @@ func TestCadenceOffAtOrBelowProbeInterval(t *testing.T) {
 		if !tr.tick() {
 			t.Fatal("a round without probes with the cadence off")
 		}
+	}
+}
+
+// A member whose reads its callers (or hedges) keep cutting, near the
+// median and so no censored sample, and that answers none, stalls too.
+func TestMemberAnsweringNoneUnsettles(t *testing.T) {
+	tr := newCadenceRouter(t)
+	tr.run(t, 100, LinearizableRead, flat(time.Millisecond))
+	tr.settle(t)
+	for range stallTicks + 1 {
+		p, _ := tr.Pick(WithMember(context.Background(), "m2"), LinearizableRead)
+		tr.clock.Advance(time.Millisecond)
+		p.Done(CallerGaveUp)
+		tr.tick()
+	}
+	if tr.settled.Load() {
+		t.Fatal("still settled with a member that answered no read for three rounds")
 	}
 }

@@ -115,7 +115,11 @@
 // response headers, a ZooKeeper write's zxid), a broken connection or lost
 // session (Unsettle), a membership change, maintenance, Refresh. An idle
 // settled client notices a leader change within its stable interval; a
-// client with traffic at once, from its calls.
+// client with traffic at once, from its calls. What only probes tell (a
+// member without a leader, at an older term, or lagging) is seen at once
+// when linearizable reads there hang or fail, and at the next stable probe
+// (within 12 s) when the client's calls there go on being answered (stale
+// reads only).
 //
 // # Concurrency
 //

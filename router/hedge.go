@@ -45,8 +45,9 @@ type HedgeConfig struct {
 	// more. A hedge goes only if at least half of MaxTokens remain after
 	// it. Defaults 0.05 (at least 0.001) and 100: half of it is the burst,
 	// 50 hedges, enough for the reads a member in the pool holds when it
-	// freezes until the next probe round takes it out (a third of ~1 000
-	// reads/s for 250 ms is ~80 reads, most of them answered in time).
+	// freezes until a probe round takes it out: the one its stall brings,
+	// within three rounds when settled (a third of ~1 000 reads/s for
+	// 250 ms is ~80 reads, most of them answered in time).
 	Budget    float64
 	MaxTokens float64
 }

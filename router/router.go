@@ -133,10 +133,12 @@ type memberHealth struct {
 	// values at the last round.
 	readTotal, readCount   atomic.Int64
 	roundTotal, roundCount int64
-	// stalled counts the rounds in a row at which the member held calls
-	// and finished none since the round before (lastEnded).
-	stalled   int
-	lastEnded uint64
+	// stalled counts the rounds in a row at which the member answered no
+	// call (OK, AppError or a fault) while it held calls or its callers
+	// gave up on some; lastAnswered and lastGaveUp are the counts at the
+	// round before.
+	stalled                  int
+	lastAnswered, lastGaveUp uint64
 
 	_ [64]byte // keep neighbours' hot counters off this cache line
 }
@@ -436,6 +438,10 @@ func (p Pick) Done(o Outcome) {
 		h.gaveUp[p.op].Add(1)
 		if timed {
 			r.censored(h, p, latency)
+		} else if p.op == Write {
+			// Writes are not timed: one cut by its caller is evidence
+			// enough to look (a frozen leader answers nothing).
+			r.unsettleIfSettled()
 		}
 		return
 	case MemberFault, Overloaded:

@@ -1,8 +1,11 @@
 package testbed_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -89,5 +92,33 @@ func TestZKEnsemble(t *testing.T) {
 	}
 	if _, err := c.Srvr(ctx, f); err != nil {
 		t.Errorf("srvr after resume: %v", err)
+	}
+}
+
+// ZooKeeper answers one four-letter word per connection and closes it: a
+// probe cannot keep a connection for srvr (3.8, NIOServerCnxn cancels the
+// connection's key and closes it once the answer is written).
+func TestFourLetterWordClosesConnection(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	conn, err := net.DialTimeout("tcp", c.DirectEndpoints()[0], 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write([]byte("srvr")); err != nil {
+		t.Fatal(err)
+	}
+	first, err := io.ReadAll(conn) // to the server's close
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(first, []byte("Mode:")) {
+		t.Fatalf("srvr answered %q", first)
+	}
+	// A second word on the same connection gets nothing back.
+	conn.Write([]byte("srvr"))
+	if second, _ := io.ReadAll(conn); len(second) > 0 {
+		t.Fatalf("a second four-letter word on one connection was answered: %q", second)
 	}
 }

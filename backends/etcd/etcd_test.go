@@ -273,7 +273,10 @@ func TestProbesReuseConnections(t *testing.T) {
 	for i := range conns {
 		conns[i] = c.Member(i).ClientConnections()
 	}
-	newClient(t, c, etcd.WithConnsPerMember(2))
+	// Probing every round (a settled client probes every 10 s): 12 probes
+	// a member in 3 s.
+	everyRound := etcd.WithRouterConfig(func(rc *router.Config) { rc.StableProbeInterval = router.DefaultProbeInterval })
+	newClient(t, c, etcd.WithConnsPerMember(2), everyRound)
 	deadline := time.Now().Add(10 * time.Second)
 	for i := range 3 {
 		for {

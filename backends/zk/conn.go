@@ -462,15 +462,14 @@ func (c *Conn) onPrimaryEvent(ev zk.Event) {
 	if ev.Type == zk.EventSession && ev.State == zk.StateDisconnected {
 		c.r.Unsettle() // the connection to the leader (or the sticky server) broke
 	}
-	if ev.Type == zk.EventSession && ev.State == zk.StateExpired && c.expired.Load() {
-		return // told already (a wedged primary counted as expired)
-	}
 	if ev.Type == zk.EventSession && ev.State == zk.StateExpired && !c.closed.Load() {
 		// go-zookeeper would now open a new session in its place, silently
 		// dropping our ephemerals. Refuse: the dialer fails from here on,
 		// and every call returns zk.ErrSessionExpired, as the Java client's
 		// handle does; the application makes a new Conn.
-		c.expired.Store(true)
+		if c.expired.Swap(true) {
+			return // told already (a wedged primary counted as expired)
+		}
 		c.sessionExpired("primary")
 	}
 	// The channel first: an event the callback has seen is on the channel.
@@ -576,6 +575,9 @@ func (c *Conn) sessionFor(idx int) (*session, error) {
 	}
 	name := fmt.Sprintf("m%d", idx)
 	s, err := c.newSession(name, idx, func(ev zk.Event) {
+		if ev.Type == zk.EventSession && ev.State == zk.StateDisconnected {
+			c.r.Unsettle() // a connection to a server broke
+		}
 		if ev.Type == zk.EventSession && ev.State == zk.StateExpired && !c.closed.Load() {
 			c.sessionExpired(name) // go-zookeeper goes on with a new one
 		}

@@ -112,8 +112,11 @@
 // server (60 by default): one host runs about 59 Conns against servers at
 // that default. Probes (srvr, one short connection each) are shared by the
 // Conns of a process that probe a server the same way (see WithDialer,
-// WithTLS): about 8 probe connections a second per server, however many
-// Conns (with 20 unshared Conns it was 80 a second).
+// WithTLS): while the Conns are not settled, about 8 probe connections a
+// second per server, however many Conns (with 20 unshared Conns it was 80 a
+// second); settled, each Conn probes every server every 10 s or so (the
+// router's StableProbeInterval), so a server sees 0.1 probe connections a
+// second per unshared Conn and fewer shared.
 //
 // Close refuses later calls, and waits, once go-zookeeper's own Close has
 // returned (up to a second, for the server's answer), at most 3 s for the
@@ -137,8 +140,9 @@
 // reply after a reconnect waits half a second at most. Upstream, reading
 // lastZxid before starting the receive loop fixes the same.
 //
-// A session that has had no server for longer than the session timeout
-// while some server answers the Conn's probes is taken for wedged (its
+// A session that has had no server for longer than the session timeout,
+// its go-zookeeper loop beginning no dial and establishing nothing, while
+// some server answers the Conn's probes is taken for wedged (its
 // go-zookeeper loop stuck: a dial or write that ignores its deadline, a bug)
 // and the event zk_session_wedged logged: a member session is closed and
 // left behind, and the next call on its server opens a new one; the primary

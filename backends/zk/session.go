@@ -55,6 +55,10 @@ type session struct {
 	// watching is set before the session's first call that may leave a
 	// watch with go-zookeeper, and stays set: see replyHold.
 	watching atomic.Bool
+	// progress is when go-zookeeper's loop last began a dial or
+	// established the session (UnixNano): a loop that does neither is
+	// stuck (see watchSessions).
+	progress atomic.Int64
 }
 
 func (c *Conn) newSession(name string, home int, onEvent zk.EventCallback) (*session, error) {
@@ -212,6 +216,7 @@ func (s *session) Next() (string, bool) {
 // Connected implements zk.HostProvider. A session established on another
 // server than its last one has moved.
 func (s *session) Connected() {
+	s.progress.Store(time.Now().UnixNano())
 	s.attempt = 0
 	cur := int(s.cur.Load())
 	if cur < 0 {
@@ -224,6 +229,7 @@ func (s *session) Connected() {
 }
 
 func (s *session) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	s.progress.Store(time.Now().UnixNano())
 	if s.c.expired.Load() && s.home < 0 {
 		// The primary session expired: never let go-zookeeper open a new
 		// one in its place (its ephemerals are gone; callers must know).

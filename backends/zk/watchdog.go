@@ -13,8 +13,9 @@ import (
 // watchSessions is the second line of defence against a go-zookeeper
 // session that stops reconnecting (its loop blocked, as in the credential
 // resend the connections guard against, or in a dial or write that ignores
-// its deadline): a member session that has had no server for longer than
-// the session timeout while some server serves is closed and left behind,
+// its deadline): a member session that has had no server, and whose loop
+// has begun no dial and established nothing, for longer than the session
+// timeout while some server serves is closed and left behind,
 // and the next call on its server opens a new one. The primary session
 // cannot be replaced without losing the Conn's ephemerals; after twice the
 // session timeout (ZooKeeper has expired it by then, unless the server
@@ -54,6 +55,11 @@ func (c *Conn) watchSessions() {
 			if !ok {
 				down[s] = now
 				continue
+			}
+			// A loop that dials or establishes the session is not stuck
+			// (a storm of resets cuts every connection it makes).
+			if last := time.Unix(0, s.progress.Load()); last.After(since) {
+				since = last
 			}
 			limit := c.sessionTimeout
 			if s == c.primary {
