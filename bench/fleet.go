@@ -47,6 +47,9 @@ type FleetResult struct {
 	FirstWrite   []time.Duration `json:"first_write_after_new_leader,omitempty"`
 	FailedWrites int             `json:"failed_writes"`
 	NewLeaderAt  time.Duration   `json:"new_leader_after_kill,omitempty"`
+	// Failed says why the fleet could not be run in full (a client that
+	// could not connect: the cluster overwhelmed), "" when it ran.
+	Failed string `json:"failed,omitempty"`
 }
 
 // unsharedProbes on Connect's context asks for a client that shares no
@@ -84,7 +87,9 @@ func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, err
 	for range o.Clients {
 		c, err := cl.Connect(cctx, o.Policy, 1)
 		if err != nil {
-			return res, fmt.Errorf("client %d: %w", len(clients), err)
+			// A result of its own: the fleet overwhelms the cluster.
+			res.Failed = fmt.Sprintf("client %d of %d could not connect: %v", len(clients)+1, o.Clients, err)
+			return res, nil
 		}
 		clients = append(clients, c)
 	}
@@ -259,6 +264,10 @@ func FleetPolicies(be Backend) []string {
 func (r *Runner) RunFleets(ctx context.Context, cases []FleetCase, policies []string, trials int) ([]FleetResult, error) {
 	be := r.opts.Backend
 	var out []FleetResult
+	if r.opts.Progress != nil {
+		runs := len(cases) * len(policies) * trials
+		r.opts.Progress.Plan(runs, time.Duration(runs)*15*time.Second)
+	}
 	for _, fc := range cases {
 		for trial := range trials {
 			for _, p := range policies {
@@ -341,6 +350,16 @@ func FleetMarkdown(results []FleetResult) string {
 				fo += fmt.Sprintf(" (%d clients none in 10 s)", never)
 			}
 			fw = pm(failed, 0)
+		}
+		note := ""
+		for _, r := range g {
+			if r.Failed != "" {
+				note = " (" + r.Failed + ")"
+			}
+		}
+		if note != "" {
+			fmt.Fprintf(&b, "| %s | %s | not run in full%s | | | | |\n", fleet, k.policy, note)
+			continue
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", fleet, k.policy, pm(probes, 2), pm(mcpu, 3), pm(ccpu, 2), fo, fw)
 	}
