@@ -36,7 +36,9 @@
 //     read latency is the mean of the round's reads when it had MinSamples
 //     [10] of them, else its read EWMA (Alpha [0.3]): at load one EWMA
 //     reflects the last few reads only, and rounds that end on a healthy
-//     member's tail would eject it. Reads
+//     member's tail would eject it. A round in which reads failed on most
+//     members (an election, the whole cluster stalled) is no latency
+//     evidence: every member is slow then, a far one most. Reads
 //     the caller gave up on count as censored samples (the member took at
 //     least that long) when they are that far above the median, so a member
 //     slower than every caller's deadline is seen although it never

@@ -342,16 +342,24 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 		probeMedian = medianOf(probes)
 	}
 	shares := map[int]float64{}
-	failing := 0 // reachable members with a read failure streak
+	failing := 0  // reachable members with a read failure streak
+	troubled := 0 // reachable members with a failed read in the window
 	for _, i := range reachable {
 		h := r.roster().health[i]
-		if reads, fails := h.window.delta(); reads >= uint64(r.cfg.MinSamples) {
+		reads, fails := h.window.delta()
+		if reads >= uint64(r.cfg.MinSamples) {
 			shares[i] = float64(fails) / float64(reads)
+		}
+		if fails > 0 {
+			troubled++
 		}
 		if h.readFailStreak.Load() > 0 {
 			failing++
 		}
 	}
+	// Reads failing on most members (an election, the whole cluster
+	// stalled) slow every member, a far one most: no latency evidence.
+	clusterTrouble := 2*troubled > len(reachable)
 
 	type candidate struct {
 		i        int
@@ -374,7 +382,7 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 			}
 			continue
 		}
-		slowReads := len(reads) >= 2 && h.read.Count() >= uint64(r.cfg.MinSamples) && r.farAbove(signal[i], median)
+		slowReads := !clusterTrouble && len(reads) >= 2 && h.read.Count() >= uint64(r.cfg.MinSamples) && r.farAbove(signal[i], median)
 		slowProbes := len(probes) >= 2 && h.probed && h.probeFailures == 0 && h.probe.Count() >= minProbeSamples &&
 			float64(h.probe.Value()) > r.cfg.EjectRatio*float64(probeMedian) && h.probe.Value()-probeMedian > r.cfg.MinProbeEjectGap
 		h.slowReadRounds = countRun(h.slowReadRounds, slowReads)

@@ -702,3 +702,40 @@ func TestTailAtRoundEndDoesNotEject(t *testing.T) {
 		t.Fatal("m2 slow for three rounds is not ejected")
 	}
 }
+
+// Reads failing on most members (an election, the whole cluster stalled)
+// slow every member, a far one most: its latency then is no evidence.
+func TestClusterWideTroubleEjectsNobodyOnLatency(t *testing.T) {
+	tr := newTestRouter(t, Config{EjectRounds: 3})
+	read := func(id string, d time.Duration, o Outcome) {
+		p, err := tr.Pick(WithMember(context.Background(), id), LinearizableRead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.clock.Advance(d)
+		p.Done(o)
+	}
+	rounds := func(fail bool) {
+		for range 3 {
+			for range 50 {
+				read("m0", 5*time.Millisecond, OK)
+				read("m1", 7*time.Millisecond, OK)
+				read("m2", 30*time.Millisecond, OK)
+			}
+			if fail {
+				for _, id := range []string{"m0", "m1", "m2"} {
+					read(id, time.Millisecond, MemberFault)
+				}
+			}
+			tr.probeRound()
+		}
+	}
+	rounds(true)
+	tr.expectNoneEjected(t, "on latency while reads failed on every member")
+	tr.clock.Advance(2 * time.Second) // the failures leave the window
+	tr.probeRound()
+	rounds(false)
+	if !tr.Stats().Members[2].Ejected {
+		t.Fatal("m2 at six times the median, nothing failing, is not ejected")
+	}
+}
