@@ -166,7 +166,11 @@ func (s *session) Next() (string, bool) {
 	srv := s.c.servers()
 	active := srv.active()
 	n := len(active)
-	order := make([]int, 0, n)
+	if n == 0 {
+		// No server left (every one retired): ask for go-zookeeper's retry
+		// wait rather than spin; the dial of "" fails.
+		return "", true
+	}
 	t := s.target()
 	if t < 0 {
 		t = max(int(s.cur.Load()), 0)
@@ -174,18 +178,9 @@ func (s *session) Next() (string, bool) {
 	// The target if the session may settle there, then the servers that
 	// serve, then the rest. A target that is out of reach (frozen, cut off)
 	// would hold the handshake until its deadline.
-	first := func(i int) bool { return i == t && s.settled(t) }
-	start := max(slices.Index(active, t), 0)
-	for k := range n {
-		if i := active[(start+k)%n]; first(i) || s.c.r.Serves(i) {
-			order = append(order, i)
-		}
-	}
-	for k := range n {
-		if i := active[(start+k)%n]; !first(i) && !s.c.r.Serves(i) {
-			order = append(order, i)
-		}
-	}
+	order := dialOrder(active, max(slices.Index(active, t), 0), func(i int) bool {
+		return (i == t && s.settled(t)) || s.c.r.Serves(i)
+	})
 	a := s.attempt
 	s.attempt++
 	now := time.Now()
@@ -211,6 +206,24 @@ func (s *session) Next() (string, bool) {
 		}
 	}
 	return srv.addrs[order[a%n]], retry
+}
+
+// dialOrder returns active rotated to start, the members preferred first,
+// each group in ring order. preferred is asked once per member: the health
+// it reads changes under the caller, and asking twice could place a member
+// in both groups or in neither.
+func dialOrder(active []int, start int, preferred func(int) bool) []int {
+	n := len(active)
+	order := make([]int, 0, n)
+	rest := make([]int, 0, n)
+	for k := range n {
+		if i := active[(start+k)%n]; preferred(i) {
+			order = append(order, i)
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	return append(order, rest...)
 }
 
 // Connected implements zk.HostProvider. A session established on another
