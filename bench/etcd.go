@@ -9,8 +9,11 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/oproute/oproute/backends/etcd"
 	"github.com/oproute/oproute/router"
@@ -226,6 +229,31 @@ func (c *etcdClient) Read(ctx context.Context, key, end string) error {
 }
 
 func (c *etcdClient) Stats() router.Stats { return c.cli.Stats() }
+
+// ErrorClass implements the fleet's errorClasser.
+func (c *etcdClient) ErrorClass(err error) string { return etcdErrorClass(err) }
+
+// ErrorClass implements the fleet's errorClasser.
+func (c *stockClient) ErrorClass(err error) string { return etcdErrorClass(err) }
+
+// etcdErrorClass names an etcd error by its gRPC code (etcd's rpctypes
+// errors carry theirs), "" for none.
+func etcdErrorClass(err error) string {
+	switch {
+	case errors.Is(err, etcd.ErrUnreachable):
+		return "unreachable"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code().String()
+	}
+	if st, ok := status.FromError(err); ok && st.Code() != codes.OK {
+		return st.Code().String()
+	}
+	return ""
+}
 
 func (c *etcdClient) Close() error {
 	c.pin.close()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -46,7 +47,9 @@ type FleetResult struct {
 	// Failover: per client, new leader → first acknowledged write.
 	FirstWrite   []time.Duration `json:"first_write_after_new_leader,omitempty"`
 	FailedWrites int             `json:"failed_writes"`
-	NewLeaderAt  time.Duration   `json:"new_leader_after_kill,omitempty"`
+	// FailedBy counts the failed writes by cause (the client's ErrorClass).
+	FailedBy    map[string]int `json:"failed_by,omitempty"`
+	NewLeaderAt time.Duration  `json:"new_leader_after_kill,omitempty"`
 	// Failed says why the fleet could not be run in full (a client that
 	// could not connect: the cluster overwhelmed), "" when it ran.
 	Failed string `json:"failed,omitempty"`
@@ -207,6 +210,10 @@ func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, err
 		for _, a := range logs[k] {
 			if a.start.After(killed) && a.err != nil {
 				res.FailedWrites++
+				if res.FailedBy == nil {
+					res.FailedBy = map[string]int{}
+				}
+				res.FailedBy[errorClass(clients[k], a.err)]++
 			}
 			if first < 0 && a.err == nil && a.end.After(elected) {
 				first = a.end.Sub(elected)
@@ -217,6 +224,25 @@ func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, err
 	slices.Sort(res.FirstWrite)
 	restarted = true
 	return res, f.Restart(ctx, old)
+}
+
+// errorClasser is a client that names the cause of an error by its type.
+type errorClasser interface {
+	ErrorClass(err error) string
+}
+
+// errorClass names err's cause: the context's deadline, the client's
+// ErrorClass, or "other".
+func errorClass(c Client, err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timeout"
+	}
+	if ec, ok := c.(errorClasser); ok {
+		if class := ec.ErrorClass(err); class != "" {
+			return class
+		}
+	}
+	return "other"
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -236,6 +262,7 @@ const ScenarioFleet = "fleet"
 
 // FleetCase is one row of the fleet scenario: a fleet size and load.
 type FleetCase struct {
+	Name     string // for --fleet-rows
 	Clients  int
 	Rate     float64 // writes a second per client; 0 idle
 	Failover bool
@@ -245,7 +272,35 @@ type FleetCase struct {
 // 500, 100 clients writing once a second, and 50 clients writing twice a
 // second through a leader kill.
 func DefaultFleetCases() []FleetCase {
-	return []FleetCase{{Clients: 100}, {Clients: 500}, {Clients: 100, Rate: 1}, {Clients: 50, Rate: 2, Failover: true}}
+	return []FleetCase{
+		{Name: "idle-100", Clients: 100},
+		{Name: "idle-500", Clients: 500},
+		{Name: "writes-100", Clients: 100, Rate: 1},
+		{Name: "failover-50", Clients: 50, Rate: 2, Failover: true},
+	}
+}
+
+// FleetCasesNamed returns the default fleet rows with these names, in the
+// default order; an unknown name is an error.
+func FleetCasesNamed(names []string) ([]FleetCase, error) {
+	all := DefaultFleetCases()
+	var out []FleetCase
+	for _, n := range names {
+		i := slices.IndexFunc(all, func(c FleetCase) bool { return c.Name == n })
+		if i < 0 {
+			var known []string
+			for _, c := range all {
+				known = append(known, c.Name)
+			}
+			return nil, fmt.Errorf("bench: unknown fleet row %q (known: %s)", n, strings.Join(known, ", "))
+		}
+		out = append(out, all[i])
+	}
+	slices.SortStableFunc(out, func(a, b FleetCase) int {
+		return slices.IndexFunc(all, func(c FleetCase) bool { return c.Name == a.Name }) -
+			slices.IndexFunc(all, func(c FleetCase) bool { return c.Name == b.Name })
+	})
+	return slices.CompactFunc(out, func(a, b FleetCase) bool { return a.Name == b.Name }), nil
 }
 
 // FleetPolicies are the policies the fleet scenario compares on be: stock
@@ -318,11 +373,15 @@ func FleetMarkdown(results []FleetResult) string {
 		g := groups[k]
 		var probes, mcpu, ccpu, p50, p99, pmax, failed []float64
 		never := 0
+		causes := map[string]int{}
 		for _, r := range g {
 			probes = append(probes, r.ProbesPerClient)
 			mcpu = append(mcpu, r.MemberCPU)
 			ccpu = append(ccpu, r.ClientCPU)
 			failed = append(failed, float64(r.FailedWrites))
+			for c, n := range r.FailedBy {
+				causes[c] += n
+			}
 			if r.FirstWrite != nil {
 				var got []time.Duration
 				for _, d := range r.FirstWrite {
@@ -350,6 +409,13 @@ func FleetMarkdown(results []FleetResult) string {
 				fo += fmt.Sprintf(" (%d clients none in 10 s)", never)
 			}
 			fw = pm(failed, 0)
+			if len(causes) > 0 {
+				var parts []string
+				for _, c := range slices.Sorted(maps.Keys(causes)) {
+					parts = append(parts, fmt.Sprintf("%s %d", c, causes[c]))
+				}
+				fw += fmt.Sprintf(" (all trials: %s)", strings.Join(parts, ", "))
+			}
 		}
 		note := ""
 		for _, r := range g {

@@ -278,3 +278,28 @@ func (c *zkCluster) ProbeRequests(context.Context) (uint64, error) {
 	}
 	return n, nil
 }
+
+// zkErrorClasses names the errors a ZooKeeper write fails with, by value.
+var zkErrorClasses = []struct {
+	err   error
+	class string
+}{
+	{ozk.ErrClosed, "closed"},
+	{ozk.ErrUnreachable, "unreachable"},
+	{zk.ErrConnectionClosed, "connection_closed"},
+	{zk.ErrNoServer, "no_server"},
+	{zk.ErrSessionExpired, "session_expired"},
+	{zk.ErrSessionMoved, "session_moved"},
+	{zk.ErrNoAuth, "no_auth"},
+	{context.Canceled, "canceled"},
+}
+
+// ErrorClass implements the fleet's errorClasser.
+func (c *zkClient) ErrorClass(err error) string {
+	for _, e := range zkErrorClasses {
+		if errors.Is(err, e.err) {
+			return e.class
+		}
+	}
+	return ""
+}

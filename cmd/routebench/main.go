@@ -48,7 +48,7 @@ func run() error {
 	trials := fs.Int("trials", 3, "trials per policy, interleaved")
 	fs.DurationVar(&w.Duration, "duration", w.Duration, "measured time per trial (failover: 90s unless set)")
 	fs.DurationVar(&w.Warmup, "warmup", w.Warmup, "warm-up per trial, discarded")
-	fs.IntVar(&w.Workers, "workers", w.Workers, "workers (the paper used 128; see README)")
+	fs.IntVar(&w.Workers, "workers", w.Workers, "workers (the paper used 128; see docs/routebench.md)")
 	fs.Float64Var(&w.Rate, "rate", w.Rate, "operations per second in all, paced; 0: closed loop, as fast as the cluster answers")
 	fs.Float64Var(&w.ReadRatio, "read-ratio", w.ReadRatio, "share of linearizable reads")
 	fs.IntVar(&w.Keys, "keys", w.Keys, "key space")
@@ -61,6 +61,7 @@ func run() error {
 	nodes := fs.Int("nodes", 3, "members, for scenarios without a fixed size (3 or 5)")
 	topoFile := fs.String("topology", "", "three-zones (each member in a zone of its own: client and m0 in a, the leader m1 in b, m2 in c), or a JSON topology file (zones, one-way delays), replacing the default")
 	endpoints := fs.String("endpoints", "", "comma-separated endpoints of an existing cluster instead of the test bed (no fault injection)")
+	fleetRows := fs.String("fleet-rows", "", "fleet scenario rows, comma-separated (default all): idle-100, idle-500, writes-100, failover-50")
 	out := fs.String("out", "", "directory for tables.md, results.json, results.csv and PNG figures")
 	cpuProfile := fs.String("cpuprofile", "", "write the client process's CPU profile here")
 	replot := fs.String("replot", "", "redraw DIR/tables.md and DIR's figures from DIR/results.json (a previous --out), running nothing")
@@ -144,7 +145,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *scenario == bench.ScenarioFleet {
-		return runFleet(ctx, r, opts, *out)
+		return runFleet(ctx, r, opts, *out, *fleetRows)
 	}
 	header := headerText(opts, *scenario)
 	fmt.Print(header)
@@ -233,17 +234,24 @@ func replotDir(dir string) error {
 
 // runFleet runs the fleet scenario: what a fleet of clients costs the
 // cluster, stock against the router probing every round and settled.
-func runFleet(ctx context.Context, r *bench.Runner, opts bench.Options, out string) error {
+func runFleet(ctx context.Context, r *bench.Runner, opts bench.Options, out, rows string) error {
 	policies := opts.Policies
 	if policies == nil {
 		policies = bench.FleetPolicies(opts.Backend)
 	}
-	trials := 2
+	trials := 3
 	if opts.Set["trials"] {
 		trials = opts.Trials
 	}
+	cases := bench.DefaultFleetCases()
+	if rows != "" {
+		var err error
+		if cases, err = bench.FleetCasesNamed(strings.Split(rows, ",")); err != nil {
+			return err
+		}
+	}
 	fmt.Printf("routebench: fleet on %s (3 members), policies %v, %d trial(s) interleaved; 10 s windows after 5 s to settle\n", opts.Backend.Name(), policies, trials)
-	res, err := r.RunFleets(ctx, bench.DefaultFleetCases(), policies, trials)
+	res, err := r.RunFleets(ctx, cases, policies, trials)
 	opts.Progress.(*progress).close()
 	table := bench.FleetMarkdown(res)
 	fmt.Println()
