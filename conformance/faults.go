@@ -489,7 +489,7 @@ func testFrozenLeaderSession(t *testing.T, h Harness) {
 	// 15247) is skipped when its raft loop ticked recently, which a thawed
 	// process does at once; it then revokes the leases that expired on its
 	// clock, and the revoke, forwarded to the new leader, commits (seen in
-	// 2 of 6 runs). No client can prevent that; see README, Limits.
+	// 2 of 6 runs). No client can prevent that; see docs/limits.md.
 	if err := c.Resume(old); err != nil {
 		t.Fatal(err)
 	}

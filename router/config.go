@@ -67,9 +67,13 @@ type Config struct {
 	// median of the members' (its own included).
 	// Default is 2.
 	EjectRatio float64
-	// ReadmitRatio readmits an ejected member once its read EWMA is at most
-	// ReadmitRatio × the median; below EjectRatio so that a member on the
-	// edge does not flap. Default is 0.9 × EjectRatio.
+	// ReadmitRatio is the line an ejected member must be back within to
+	// return: ReadmitSamples of its probe-share reads in a row at most
+	// ReadmitRatio × the read median (or within MinEjectGap of it), and its
+	// probe EWMA at most ReadmitRatio × the others' (or within
+	// MinProbeEjectGap); its read EWMA, which still holds the slow reads
+	// that ejected it, is not consulted. Below EjectRatio so that a member
+	// on the edge does not flap. Default is 0.9 × EjectRatio.
 	ReadmitRatio float64
 	// MinEjectGap is the least absolute excess over the median that ejects.
 	// A member a few milliseconds farther away (another zone, whose reads

@@ -24,17 +24,17 @@
 // # Read-pool health
 //
 // A member leaves the read pool on any of these, judged every round
-// (Config names the parameters; defaults in brackets):
+// (Config names the parameters and gives their defaults):
 //   - its probes say it cannot serve a linearizable read: no leader, a term
 //     (epoch) older than the leader's, or an apply index more than MaxLag
-//     [1000] behind the leader's commit index. It leaves at once, before a
+//     behind the leader's commit index. It leaves at once, before a
 //     read fails there, gets no reads at all, and returns when its probes
 //     recover;
-//   - latency: its read latency is above EjectRatio [2] × the median of the
+//   - latency: its read latency is above EjectRatio × the median of the
 //     judged members' read latencies, its own included, and by more than
-//     MinEjectGap [5 ms], at EjectRounds [3] rounds in a row. A member's
+//     MinEjectGap, at EjectRounds rounds in a row. A member's
 //     read latency is the mean of the round's reads when it had MinSamples
-//     [10] of them, else its read EWMA (Alpha [0.3]): at load one EWMA
+//     of them, else its read EWMA (Alpha): at load one EWMA
 //     reflects the last few reads only, and rounds that end on a healthy
 //     member's tail would eject it. A round in which reads failed on most
 //     members (an election, the whole cluster stalled) is no latency
@@ -43,11 +43,11 @@
 //     least that long) when they are that far above the median, so a member
 //     slower than every caller's deadline is seen although it never
 //     completes a read;
-//   - failures: ConsecutiveFailures [5] failed reads in a row, or a failure
-//     share over FailureWindow [1 s] that exceeds the others' median share
-//     by FailureShare [0.3];
+//   - failures: ConsecutiveFailures failed reads in a row, or a failure
+//     share over FailureWindow that exceeds the others' median share
+//     by FailureShare;
 //   - probe RTT: its probe EWMA (after 8 probes) above EjectRatio × the
-//     members' median and by more than MinProbeEjectGap [4 × MinEjectGap],
+//     members' median and by more than MinProbeEjectGap,
 //     at EjectRounds probe rounds in a row: probes are few and share
 //     connections with traffic, so they must say much more than reads.
 //
@@ -63,12 +63,12 @@
 // and then, from ejecting it; a grey failure (the paper's +8 ms on every link puts a
 // follower's reads at five times the median) stays above the line.
 //
-// An ejected member keeps a ProbeShare [0.5 %] of reads and returns when
-// ReadmitSamples [3] of them in a row are in line with the median and its
+// An ejected member keeps a ProbeShare of reads and returns when
+// ReadmitSamples of them in a row are in line with the median and its
 // probes are in line with the others' (within ReadmitRatio × their median,
 // or within MinProbeEjectGap: probes that could not have ejected it do not
-// keep it out), and no sooner than its ejection time: BaseEjection [1 s],
-// doubled for each ejection since it was last forgiven (MaxEjection [30 s]
+// keep it out), and no sooner than its ejection time: BaseEjection,
+// doubled for each ejection since it was last forgiven (MaxEjection
 // in the pool), capped at MaxEjection.
 //
 // # Invariants
@@ -105,11 +105,11 @@
 //
 // # Probe cadence
 //
-// A probe round runs every ProbeInterval [250 ms] until the router is
+// A probe round runs every ProbeInterval until the router is
 // settled: the leader known and unchanged, every member answering its
 // probes and in the read pool, none failing, slow, busy or stalled (holding
-// calls and finishing none for two rounds), for SettleRounds [8] probe
-// rounds in a row. Settled, it probes every StableProbeInterval [10 s],
+// calls and finishing none for two rounds), for SettleRounds probe
+// rounds in a row. Settled, it probes every StableProbeInterval,
 // jittered by ±20 % so that a fleet does not probe in step, and still
 // judges reads every ProbeInterval. Evidence ends it at once, with a probe
 // round at the next turn: a failed call, a read cut far above the median,

@@ -49,5 +49,7 @@
 // configuration errors. Writes are never retried by the router: a write
 // whose connection broke may have been applied, as with clientv3.
 //
-// The member set is the Endpoints given to New (see the README's limits).
+// The member set starts as the Endpoints given to New and follows
+// clientv3's own: SetEndpoints, Sync and AutoSyncInterval change it at run
+// time (docs/membership.md).
 package etcd

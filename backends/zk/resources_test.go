@@ -15,7 +15,7 @@ import (
 // Their probes are shared: each server sees about 8 probe connections a
 // second from the process, not 4 per Conn. Then Conns are added (each with
 // a session on every server) until one cannot get its sessions: the figure
-// the README gives.
+// docs/zookeeper.md gives.
 func TestConnsPerHost(t *testing.T) {
 	c := testbed.StartZKT(t, testbed.ZKOptions{MaxClientCnxns: 60})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -26,7 +26,7 @@ import (
 // mode's history, with the writes, is checked with porcupine and its stale
 // reads counted (a read that returns a value older than one whose write
 // was acknowledged before the read began). Strict reads must show none;
-// the default mode's count is logged, as the README reports it.
+// the default mode's count is logged, as docs/zookeeper.md reports it.
 func TestDeposedLeaderReads(t *testing.T) {
 	c := testbed.StartZKT(t, testbed.ZKOptions{Topology: testbed.DefaultTopology(5)})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -1,4 +1,5 @@
-// Package readme checks that the README's Go programs build as pasted.
+// Package readme checks the front door: the README's Go programs build as
+// pasted, and the docs name every option of both backends.
 package readme
 
 import (
