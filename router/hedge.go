@@ -110,10 +110,11 @@ type hedger struct {
 	delay [numOps]atomic.Int64 // ns; 0 while too few reads are known
 	_     [32]byte
 	// tokens is the bucket in thousandths of a token.
-	tokens atomic.Int64
-	_      [56]byte
-	sent   atomic.Uint64 // hedges launched
-	won    atomic.Uint64 // hedges whose answer was the one returned
+	tokens    atomic.Int64
+	_         [56]byte
+	sent      atomic.Uint64 // hedges launched
+	won       atomic.Uint64 // hedges whose answer was the one returned
+	throttled atomic.Uint64 // hedges the budget refused
 }
 
 func newHedger(cfg HedgeConfig) *hedger {
@@ -248,7 +249,11 @@ func (r *Router) hedgeTarget(op Op, exclude int) (Member, bool) {
 			set = append(set, i)
 		}
 	}
-	if exclude < 0 || len(set) == 0 || !r.hedge.spend() {
+	if exclude < 0 || len(set) == 0 {
+		return Member{}, false
+	}
+	if !r.hedge.spend() {
+		r.hedge.throttled.Add(1)
 		return Member{}, false
 	}
 	idx := set[0]
@@ -262,9 +267,11 @@ func (r *Router) hedgeTarget(op Op, exclude int) (Member, bool) {
 // backends skip the race machinery without it.
 func (r *Router) Hedging() bool { return r.hedge != nil }
 
-// HedgeStats counts hedges: Sent, and Won, those whose answer came first.
+// HedgeStats counts hedges: Sent, Won (those whose answer came first), and
+// Throttled (due but refused by the budget: a pool slow or failing for
+// longer than the budget covers).
 type HedgeStats struct {
-	Sent, Won uint64
+	Sent, Won, Throttled uint64
 }
 
 // Hedges returns the router's hedge counts (zero without Config.Hedge).
@@ -272,7 +279,7 @@ func (r *Router) Hedges() HedgeStats {
 	if r.hedge == nil {
 		return HedgeStats{}
 	}
-	return HedgeStats{Sent: r.hedge.sent.Load(), Won: r.hedge.won.Load()}
+	return HedgeStats{Sent: r.hedge.sent.Load(), Won: r.hedge.won.Load(), Throttled: r.hedge.throttled.Load()}
 }
 
 // Hedge runs one read of class op, hedged when r says so (HedgeDelay):

@@ -214,9 +214,10 @@ func TestHedgeFirstAnswerWins(t *testing.T) {
 		t.Fatalf("hedges = %+v, want 1 sent, 1 won", h)
 	}
 	want := `
-# HELP oproute_hedged_reads_total Hedged reads: second copies sent, and those that answered first.
+# HELP oproute_hedged_reads_total Hedged reads: second copies sent, those that answered first, and those due but refused by the budget.
 # TYPE oproute_hedged_reads_total counter
 oproute_hedged_reads_total{result="sent"} 1
+oproute_hedged_reads_total{result="throttled"} 0
 oproute_hedged_reads_total{result="won"} 1
 `
 	if err := testutil.CollectAndCompare(tr.Collector(), strings.NewReader(want), "oproute_hedged_reads_total"); err != nil {
@@ -401,6 +402,23 @@ func TestHedgeBudget(t *testing.T) {
 		if h.spend() {
 			t.Fatal("hedged while reads were failing")
 		}
+	}
+}
+
+// A hedge the budget refuses is counted: what an operator alerts on when a
+// pool stays slow longer than the budget covers.
+func TestHedgeRefusedByTheBudgetIsCounted(t *testing.T) {
+	tr, clock := hedgingRouter(t, HedgeConfig{Enabled: true})
+	tr.hedge.earn(-1 << 40) // the bucket drained
+	picked := make(chan string, 2)
+	first := make(chan Outcome, 1)
+	res := hedgedRead(tr, picked, first, nil)
+	<-picked
+	<-clock.fire(clock.next(t))
+	first <- OK
+	<-res
+	if h := tr.Hedges(); h.Sent != 0 || h.Throttled != 1 {
+		t.Fatalf("hedges = %+v, want none sent and one throttled", h)
 	}
 }
 

@@ -54,7 +54,7 @@ func (r *Router) Collector() prometheus.Collector {
 			probeFailures: prometheus.NewDesc("oproute_probe_failures_total", "Failed probes of the member.", member, nil),
 			leaderChanges: prometheus.NewDesc("oproute_leader_changes_total", "Moves of the known leader from one member to another.", nil, nil),
 			fallbacks:     prometheus.NewDesc("oproute_fallbacks_total", "Leader-bound operations sent round robin because the leader was unknown.", nil, nil),
-			hedges:        prometheus.NewDesc("oproute_hedged_reads_total", "Hedged reads: second copies sent, and those that answered first.", []string{"result"}, nil),
+			hedges:        prometheus.NewDesc("oproute_hedged_reads_total", "Hedged reads: second copies sent, those that answered first, and those due but refused by the budget.", []string{"result"}, nil),
 		}
 	})
 	return r.collector
@@ -106,5 +106,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.fallbacks, prometheus.CounterValue, float64(st.Fallbacks))
 	ch <- prometheus.MustNewConstMetric(c.hedges, prometheus.CounterValue, float64(st.Hedges.Sent), "sent")
 	ch <- prometheus.MustNewConstMetric(c.hedges, prometheus.CounterValue, float64(st.Hedges.Won), "won")
+	ch <- prometheus.MustNewConstMetric(c.hedges, prometheus.CounterValue, float64(st.Hedges.Throttled), "throttled")
 	c.latency.Collect(ch)
 }
