@@ -28,6 +28,10 @@ type FleetOptions struct {
 	// Failover kills the leader after the window (Rate must be > 0) and
 	// measures each client's first acknowledged write after the new leader.
 	Failover bool
+	// Move moves leadership instead of killing the leader (etcd: a
+	// transfer; ZooKeeper, which has none: leaders restarted until the
+	// next member wins).
+	Move bool
 	// Settle is how long the clients run before the window opens: routers
 	// settle (SettleRounds probe rounds) and start-up probes pass.
 	Settle time.Duration
@@ -50,6 +54,7 @@ type FleetResult struct {
 	// FailedBy counts the failed writes by cause (the client's ErrorClass).
 	FailedBy    map[string]int `json:"failed_by,omitempty"`
 	NewLeaderAt time.Duration  `json:"new_leader_after_kill,omitempty"`
+	Moved       bool           `json:"leader_moved,omitempty"` // the leader moved rather than killed
 	// Failed says why the fleet could not be run in full (a client that
 	// could not connect: the cluster overwhelmed), "" when it ran.
 	Failed string `json:"failed,omitempty"`
@@ -69,7 +74,7 @@ var ErrNoProbeCounts = errors.New("bench: the cluster does not count probes (nee
 
 // RunFleet runs one fleet on cl.
 func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, error) {
-	res := FleetResult{Policy: o.Policy, Clients: o.Clients, Rate: o.Rate}
+	res := FleetResult{Policy: o.Policy, Clients: o.Clients, Rate: o.Rate, Moved: o.Move}
 	pc, ok := cl.(probeCounter)
 	if !ok {
 		return res, ErrNoProbeCounts
@@ -175,10 +180,17 @@ func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, err
 		return res, err
 	}
 	killed := time.Now()
-	if err := f.Kill(old); err != nil {
-		return res, err
+	restarted := true
+	moved := make(chan error, 1)
+	if o.Move {
+		go func() { moved <- f.MoveLeader(ctx, (old+1)%cl.Size()) }()
+	} else {
+		if err := f.Kill(old); err != nil {
+			return res, err
+		}
+		restarted = false
+		moved <- nil
 	}
-	restarted := false
 	defer func() {
 		if !restarted {
 			f.Restart(context.WithoutCancel(ctx), old)
@@ -198,6 +210,9 @@ func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, err
 		}
 	}
 	res.NewLeaderAt = elected.Sub(killed)
+	if err := <-moved; err != nil {
+		return res, fmt.Errorf("bench: moving the leader: %w", err)
+	}
 	// Ten seconds of writes after the new leader: every client's first
 	// acknowledged write falls in them, or it counts as none (-1).
 	if err := sleepCtx(ctx, 10*time.Second); err != nil {
@@ -222,6 +237,9 @@ func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, err
 		res.FirstWrite = append(res.FirstWrite, first)
 	}
 	slices.Sort(res.FirstWrite)
+	if restarted {
+		return res, nil
+	}
 	restarted = true
 	return res, f.Restart(ctx, old)
 }
@@ -245,6 +263,18 @@ func errorClass(c Client, err error) string {
 	return "other"
 }
 
+// failoverLabel names a fleet row's failover: "", ", leader killed",
+// ", leader moved".
+func failoverLabel(failover, move bool) string {
+	switch {
+	case !failover:
+		return ""
+	case move:
+		return ", leader moved"
+	}
+	return ", leader killed"
+}
+
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -266,17 +296,19 @@ type FleetCase struct {
 	Clients  int
 	Rate     float64 // writes a second per client; 0 idle
 	Failover bool
+	Move     bool // the leader moved, not killed
 }
 
 // DefaultFleetCases are the fleet scenario's rows: idle fleets of 100 and
 // 500, 100 clients writing once a second, and 50 clients writing twice a
-// second through a leader kill.
+// second through a leader kill and through a leader move.
 func DefaultFleetCases() []FleetCase {
 	return []FleetCase{
 		{Name: "idle-100", Clients: 100},
 		{Name: "idle-500", Clients: 500},
 		{Name: "writes-100", Clients: 100, Rate: 1},
 		{Name: "failover-50", Clients: 50, Rate: 2, Failover: true},
+		{Name: "move-50", Clients: 50, Rate: 2, Failover: true, Move: true},
 	}
 }
 
@@ -303,14 +335,11 @@ func FleetCasesNamed(names []string) ([]FleetCase, error) {
 	return slices.CompactFunc(out, func(a, b FleetCase) bool { return a.Name == b.Name }), nil
 }
 
-// FleetPolicies are the policies the fleet scenario compares on be: stock
-// clientv3 (etcd; plain go-zookeeper sends no probes), hybrid probing every
-// round, hybrid with its adaptive cadence.
+// FleetPolicies are the policies the fleet scenario compares on be: the
+// stock client (clientv3; plain go-zookeeper), hybrid probing every round,
+// hybrid with its adaptive cadence.
 func FleetPolicies(be Backend) []string {
-	if be.Name() == "etcd" {
-		return []string{Stock, EveryRound, "hybrid"}
-	}
-	return []string{EveryRound, "hybrid"}
+	return []string{Stock, EveryRound, "hybrid"}
 }
 
 // RunFleets runs every case for every policy, trials times each, the
@@ -330,8 +359,8 @@ func (r *Runner) RunFleets(ctx context.Context, cases []FleetCase, policies []st
 				if err != nil {
 					return out, err
 				}
-				label := fmt.Sprintf("fleet %s: %d clients, %.0f writes/s each%s, trial %d", p, fc.Clients, fc.Rate, map[bool]string{true: ", leader killed"}[fc.Failover], trial+1)
-				o := FleetOptions{Policy: p, Clients: fc.Clients, Window: 10 * time.Second, Rate: fc.Rate, Failover: fc.Failover, Settle: 5 * time.Second}
+				label := fmt.Sprintf("fleet %s: %d clients, %.0f writes/s each%s, trial %d", p, fc.Clients, fc.Rate, failoverLabel(fc.Failover, fc.Move), trial+1)
+				o := FleetOptions{Policy: p, Clients: fc.Clients, Window: 10 * time.Second, Rate: fc.Rate, Failover: fc.Failover, Move: fc.Move, Settle: 5 * time.Second}
 				if r.opts.Progress != nil {
 					r.opts.Progress.Start(label, o.Settle+o.Window)
 				}
@@ -357,11 +386,12 @@ func FleetMarkdown(results []FleetResult) string {
 		clients  int
 		rate     float64
 		failover bool
+		moved    bool
 	}
 	var order []key
 	groups := map[key][]FleetResult{}
 	for _, r := range results {
-		k := key{r.Policy, r.Clients, r.Rate, r.FirstWrite != nil}
+		k := key{r.Policy, r.Clients, r.Rate, r.FirstWrite != nil, r.Moved}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
 		}
@@ -399,9 +429,7 @@ func FleetMarkdown(results []FleetResult) string {
 			}
 		}
 		fleet := fmt.Sprintf("%d, %s", k.clients, map[bool]string{false: "idle", true: fmt.Sprintf("%.0f writes/s each", k.rate)}[k.rate > 0])
-		if k.failover {
-			fleet += ", leader killed"
-		}
+		fleet += failoverLabel(k.failover, k.moved)
 		fo, fw := "—", "—"
 		if k.failover {
 			fo = fmt.Sprintf("%s / %s / %s", pm(p50, 2), pm(p99, 2), pm(pmax, 2))

@@ -186,6 +186,9 @@ type quietLogger struct{}
 func (quietLogger) Printf(string, ...any) {}
 
 func (c *zkCluster) Connect(ctx context.Context, policy string, _ int) (Client, error) {
+	if policy == Stock {
+		return c.connectStock()
+	}
 	if stockPolicy(policy) {
 		return nil, fmt.Errorf("bench: %s is an etcd baseline (ZooKeeper's stock client is sticky)", policy)
 	}
@@ -230,13 +233,24 @@ func (c *zkClient) Write(ctx context.Context, key string, value []byte) error {
 	if m := c.pin.member(); m != "" {
 		ctx = ozk.WithMember(ctx, m)
 	}
+	return putZnode(ctx, c.conn, key, value)
+}
+
+// znodeWriter is what putZnode needs of a client.
+type znodeWriter interface {
+	SetContext(ctx context.Context, path string, data []byte, version int32) (*zk.Stat, error)
+	CreateContext(ctx context.Context, path string, data []byte, flags int32, acl []zk.ACL) (string, error)
+}
+
+// putZnode stores value under key's znode, creating it on first use.
+func putZnode(ctx context.Context, w znodeWriter, key string, value []byte) error {
 	p := znode(key)
 	for {
-		_, err := c.conn.SetContext(ctx, p, value, -1)
-		if err != zk.ErrNoNode {
+		_, err := w.SetContext(ctx, p, value, -1)
+		if !errors.Is(err, zk.ErrNoNode) {
 			return err
 		}
-		if _, err = c.conn.CreateContext(ctx, p, value, 0, zkACL); err != zk.ErrNodeExists {
+		if _, err = w.CreateContext(ctx, p, value, 0, zkACL); !errors.Is(err, zk.ErrNodeExists) {
 			return err
 		}
 	}
@@ -295,11 +309,94 @@ var zkErrorClasses = []struct {
 }
 
 // ErrorClass implements the fleet's errorClasser.
-func (c *zkClient) ErrorClass(err error) string {
+func (c *zkClient) ErrorClass(err error) string { return zkErrorClass(err) }
+
+// zkErrorClass names a ZooKeeper error by its value, "" for none known.
+func zkErrorClass(err error) string {
 	for _, e := range zkErrorClasses {
 		if errors.Is(err, e.err) {
 			return e.class
 		}
 	}
 	return ""
+}
+
+// stockZK is plain go-zookeeper, the fleet's baseline: zk.Connect over the
+// servers (it shuffles them and keeps its one session on one server,
+// heartbeating it), with no probes.
+type stockZK struct{ conn *zk.Conn }
+
+func (c *zkCluster) connectStock() (Client, error) {
+	conn, events, err := zk.Connect(c.endpoints, SessionTimeout, zk.WithLogger(quietLogger{}))
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		for range events { // drained until Close closes it
+		}
+	}()
+	return &stockZK{conn}, nil
+}
+
+// call runs fn, which takes no context, abandoning it when ctx ends first:
+// go-zookeeper has no per-call deadline. An abandoned call ends when its
+// answer comes or the connection does.
+func call[T any](ctx context.Context, fn func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := fn()
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+func (c *stockZK) SetContext(ctx context.Context, path string, data []byte, version int32) (*zk.Stat, error) {
+	return call(ctx, func() (*zk.Stat, error) { return c.conn.Set(path, data, version) })
+}
+
+func (c *stockZK) CreateContext(ctx context.Context, path string, data []byte, flags int32, acl []zk.ACL) (string, error) {
+	return call(ctx, func() (string, error) { return c.conn.Create(path, data, flags, acl) })
+}
+
+func (c *stockZK) Write(ctx context.Context, key string, value []byte) error {
+	return putZnode(ctx, c, key, value)
+}
+
+// Read is the paper's linearizable read on ZooKeeper: sync, then the read,
+// on the one session.
+func (c *stockZK) Read(ctx context.Context, key, end string) error {
+	if end != "" {
+		return ErrNoRanges
+	}
+	p := znode(key)
+	_, err := call(ctx, func() ([]byte, error) {
+		if _, err := c.conn.Sync(p); err != nil {
+			return nil, err
+		}
+		v, _, err := c.conn.Get(p)
+		return v, err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	return err
+}
+
+func (c *stockZK) Stats() router.Stats { return router.Stats{} }
+
+func (c *stockZK) ErrorClass(err error) string { return zkErrorClass(err) }
+
+func (c *stockZK) Close() error {
+	c.conn.Close()
+	return nil
 }
