@@ -7,8 +7,9 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/oproute/oproute/internal/testutil"
 )
 
 // Result is one trial of one policy: the record written to results.json.
@@ -191,7 +192,7 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 	}
 	statsBefore := cli.Stats()
 	servedBefore, _ := cl.Served(ctx)
-	cpuBefore, srvBefore := processCPU(), sum(cl.ServerCPU())
+	cpuBefore, srvBefore := testutil.ProcessCPU(), sum(cl.ServerCPU())
 	var faultWG sync.WaitGroup
 	if spec.during != nil {
 		faultWG.Go(func() { spec.during(runCtx, windowStart) })
@@ -204,7 +205,7 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 	}
 	statsAfter := cli.Stats()
 	servedAfter, _ := cl.Served(ctx)
-	cpuAfter, srvAfter := processCPU(), sum(cl.ServerCPU())
+	cpuAfter, srvAfter := testutil.ProcessCPU(), sum(cl.ServerCPU())
 	leaderAfter, _ := cl.Leader(ctx)
 
 	var reads, writes []time.Duration
@@ -269,14 +270,6 @@ func sum(ds []time.Duration) time.Duration {
 		s += d
 	}
 	return s
-}
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // preload writes every key of the key space once, so reads find values of

@@ -12,6 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	ozk "github.com/oproute/oproute/backends/zk"
+	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/internal/zk4lw"
 	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/testbed"
@@ -181,10 +182,6 @@ func (c *zkCluster) stickyMember(ctx context.Context) string {
 	return ""
 }
 
-type quietLogger struct{}
-
-func (quietLogger) Printf(string, ...any) {}
-
 func (c *zkCluster) Connect(ctx context.Context, policy string, _ int) (Client, error) {
 	if policy == Stock {
 		return c.connectStock()
@@ -192,7 +189,7 @@ func (c *zkCluster) Connect(ctx context.Context, policy string, _ int) (Client, 
 	if stockPolicy(policy) {
 		return nil, fmt.Errorf("bench: %s is an etcd baseline (ZooKeeper's stock client is sticky)", policy)
 	}
-	opts := []ozk.Option{ozk.WithPolicy(routedPolicy(policy)), ozk.WithConnectTimeout(10 * time.Second), ozk.WithLogger(quietLogger{}), ozk.WithRouterConfig(routerTune(policy))}
+	opts := []ozk.Option{ozk.WithPolicy(routedPolicy(policy)), ozk.WithConnectTimeout(10 * time.Second), ozk.WithLogger(testutil.Discard{}), ozk.WithRouterConfig(routerTune(policy))}
 	if ctx.Value(unsharedProbes{}) != nil {
 		opts = append(opts, ozk.WithDialer(net.DialTimeout)) // a dialer of its own: its probes are its own
 	}
@@ -327,7 +324,7 @@ func zkErrorClass(err error) string {
 type stockZK struct{ conn *zk.Conn }
 
 func (c *zkCluster) connectStock() (Client, error) {
-	conn, events, err := zk.Connect(c.endpoints, SessionTimeout, zk.WithLogger(quietLogger{}))
+	conn, events, err := zk.Connect(c.endpoints, SessionTimeout, zk.WithLogger(testutil.Discard{}))
 	if err != nil {
 		return nil, err
 	}

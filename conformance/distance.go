@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/testbed"
 )
@@ -46,7 +47,7 @@ func testFarMemberKept(t *testing.T, h Harness, topo testbed.Topology, window ti
 	}
 	waitLeaderKnown(t, cli, c, leader)
 	l := startLoad(t, cli, busyWorkers, 0.8, "far")
-	Poll(t, 10*time.Second, "every member judged", func() bool {
+	testutil.Poll(t, 10*time.Second, "every member judged", func() bool {
 		for _, m := range cli.Stats().Members {
 			if m.Reads() < 100 {
 				return false
@@ -93,10 +94,10 @@ func testDegradedFar(t *testing.T, h Harness) {
 		t.Fatalf("member %d is not a far follower (zones %v, leader %d)", far, topo.Zones, leader)
 	}
 	startLoad(t, cli, busyWorkers, 0.8, "degradedfar")
-	Poll(t, 10*time.Second, "reads reach the far member", func() bool { return cli.Stats().Members[far].Reads() > 100 })
+	testutil.Poll(t, 10*time.Second, "reads reach the far member", func() bool { return cli.Stats().Members[far].Reads() > 100 })
 
 	c.Degrade(far, 8*time.Millisecond, 2*time.Millisecond)
-	took := Poll(t, 2*time.Second, fmt.Sprintf("degraded far member m%d ejected", far), func() bool { return cli.Stats().Members[far].Ejected })
+	took := testutil.Poll(t, 2*time.Second, fmt.Sprintf("degraded far member m%d ejected", far), func() bool { return cli.Stats().Members[far].Ejected })
 	t.Logf("degraded far member ejected within %v", took)
 	servedWhileDegraded(t, c, far)
 	healAndRejoin(t, c, cli, far)
@@ -114,7 +115,7 @@ func testStartedDegraded(t *testing.T, h Harness) {
 	start := time.Now()
 	cli := connect(t, h, c.Endpoints(), router.Hybrid)
 	startLoad(t, cli, 8, 0.8, "starteddegraded")
-	Poll(t, 5*time.Second-time.Since(start), fmt.Sprintf("m%d, degraded before the client started, ejected", slow), func() bool {
+	testutil.Poll(t, 5*time.Second-time.Since(start), fmt.Sprintf("m%d, degraded before the client started, ejected", slow), func() bool {
 		return cli.Stats().Members[slow].Ejected
 	})
 	t.Logf("ejected %v after the client started", time.Since(start))

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/router"
 )
 
@@ -170,7 +171,7 @@ func testBeyondDeadline(t *testing.T, h Harness) {
 	c, cli, slow := faultSetup(t, h, "beyond")
 	const deadline = 60 * time.Millisecond
 	l := startReads(t, cli, 4, deadline, 0, "beyond")
-	Poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[slow].Reads() > 50 })
+	testutil.Poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[slow].Reads() > 50 })
 	c.Degrade(slow, 80*time.Millisecond, 0)
 	took := waitPool(t, cli, slow, true, 5*time.Second, "member beyond the deadline leaves the pool")
 	m := cli.Stats().Members[slow]
@@ -201,7 +202,7 @@ func faultAndHeal(t *testing.T, h Harness, prefix string, out, back time.Duratio
 	c, cli, bad := faultSetup(t, h, prefix)
 	const deadline = 500 * time.Millisecond
 	l := startReads(t, cli, 4, deadline, 0, prefix)
-	Poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[bad].Reads() > 50 })
+	testutil.Poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[bad].Reads() > 50 })
 	fault(c, bad, true)
 	took := waitPool(t, cli, bad, true, out, "faulty member leaves the pool")
 	m := cli.Stats().Members[bad]
@@ -398,7 +399,7 @@ func testMaintenance(t *testing.T, h Harness) {
 	run(t, 64, func(ctx context.Context, i int) error { return cli.Put(ctx, fmt.Sprintf("maint/%d", i%32), big) })
 	seedKeys(t, cli, "maint")
 	startReads(t, cli, 4, time.Second, 0, "maint")
-	Poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[target].Reads() > 50 })
+	testutil.Poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[target].Reads() > 50 })
 	var longest time.Duration
 	for range 5 {
 		for _, call := range []func(context.Context, int) error{mc.Defragment, mc.Snapshot} {
@@ -453,13 +454,13 @@ func testFrozenLeaderSession(t *testing.T, h Harness) {
 	frozenAt := time.Now()
 	defer c.Resume(old)
 	var next int
-	Poll(t, 30*time.Second, "a new leader", func() bool {
+	testutil.Poll(t, 30*time.Second, "a new leader", func() bool {
 		next, err = c.Leader(ctx)
 		return err == nil && next != old
 	})
 	elected := time.Since(frozenAt)
 	var wrote time.Duration
-	Poll(t, 5*time.Second, "a write through the new leader", func() bool {
+	testutil.Poll(t, 5*time.Second, "a write through the new leader", func() bool {
 		pctx, pcancel := context.WithTimeout(ctx, time.Second)
 		defer pcancel()
 		if cli.Put(pctx, "frozenleader/key", "after") != nil {

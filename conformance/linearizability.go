@@ -11,6 +11,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/router"
 )
 
@@ -128,13 +129,13 @@ func testLinearizable(t *testing.T, h Harness, policy string, fault func(t *test
 		// Hedging starts once each client has seen 100 reads (MinReads).
 		under = 1500
 	}
-	Poll(t, 10*time.Second, "history under way", func() bool { return hist.Len() > under })
+	testutil.Poll(t, 10*time.Second, "history under way", func() bool { return hist.Len() > under })
 	// Every member session and connection is open by now: from here on,
 	// the members' write counts are the clients' puts alone.
 	puts0, served0 := puts.Load(), servedAll(t, c)
 	fault(t, c, leader)
 	at := hist.Len()
-	Poll(t, 20*time.Second, "history after the fault", func() bool { return hist.Len() > at+300 })
+	testutil.Poll(t, 20*time.Second, "history after the fault", func() bool { return hist.Len() > at+300 })
 	close(stop)
 	wg.Wait()
 	if policy == HybridHedge {

@@ -124,18 +124,3 @@ func (l *load) ackedWrites() map[string]string {
 	}
 	return out
 }
-
-// Poll calls cond every 25 ms until it holds, failing t if within passes
-// first, and returns how long it took: a deadline-bounded wait for tests of
-// any backend, never a sleep standing in for synchronisation.
-func Poll(t testing.TB, within time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > within {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	return time.Since(start)
-}

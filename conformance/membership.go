@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/router"
 )
 
@@ -100,7 +101,7 @@ func testGrowAndShrink(t *testing.T, h Harness) {
 
 	// The load: 4 workers, half reads, half writes of fresh keys.
 	l := startLoad(t, cli, 4, 0.5, "members")
-	Poll(t, 10*time.Second, "load under way", func() bool { return len(l.ackedWrites()) > 50 })
+	testutil.Poll(t, 10*time.Second, "load under way", func() bool { return len(l.ackedWrites()) > 50 })
 
 	// Grow: the new member serves reads within 2 s of its first good probe.
 	added, err := mc.AddMember(ctx, "a")
@@ -113,7 +114,7 @@ func testGrowAndShrink(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	var probedAt time.Time
-	Poll(t, 10*time.Second, "the new member's first good probe", func() bool {
+	testutil.Poll(t, 10*time.Second, "the new member's first good probe", func() bool {
 		m, ok := memberFor(cli, newEP)
 		if ok && m.ProbeOK {
 			probedAt = time.Now()
@@ -123,7 +124,7 @@ func testGrowAndShrink(t *testing.T, h Harness) {
 	m, _ := memberFor(cli, newEP)
 	first := m.Reads()
 	var servingAt time.Time
-	Poll(t, 5*time.Second, "the new member takes reads", func() bool {
+	testutil.Poll(t, 5*time.Second, "the new member takes reads", func() bool {
 		if m, ok := memberFor(cli, newEP); ok && m.Reads() >= first+10 {
 			servingAt = time.Now()
 		}
@@ -133,7 +134,7 @@ func testGrowAndShrink(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	Poll(t, 5*time.Second, "the new member counts reads itself", func() bool {
+	testutil.Poll(t, 5*time.Second, "the new member counts reads itself", func() bool {
 		s, err := c.Served(ctx, added)
 		return err == nil && s.Reads >= before.Reads+10
 	})
@@ -159,7 +160,7 @@ func testGrowAndShrink(t *testing.T, h Harness) {
 	}
 	// The membership is read from the cluster, which needs a leader: the
 	// first resyncs after losing it may fail.
-	Poll(t, 15*time.Second, "the client resynced after the removal", func() bool {
+	testutil.Poll(t, 15*time.Second, "the client resynced after the removal", func() bool {
 		return rc.Resync(ctx) == nil && retired(cli, oldEP)
 	})
 	drainedAt := time.Now()
@@ -168,14 +169,14 @@ func testGrowAndShrink(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	Poll(t, 10*time.Second, "the router knows the new leader", func() bool {
+	testutil.Poll(t, 10*time.Second, "the router knows the new leader", func() bool {
 		m, ok := memberFor(cli, c.Endpoints()[newLeader])
 		return ok && cli.Stats().Leader == m.Member.ID
 	})
 	// Operations in flight at the removal (a write the removed leader took
 	// and will never answer) end by their deadline: the window starts
 	// after them.
-	Poll(t, opTimeout+time.Second, "the operations in flight at the drop ended", func() bool { return !l.startedBefore(drainedAt) })
+	testutil.Poll(t, opTimeout+time.Second, "the operations in flight at the drop ended", func() bool { return !l.startedBefore(drainedAt) })
 	w0, e0 := len(l.ackedWrites()), l.errs.Load()
 	time.Sleep(2 * time.Second) // a measurement window under load, not synchronisation
 	if after := opsAt(cli, oldAddr); after > sent {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/router"
 )
 
@@ -29,7 +30,7 @@ func connect(t *testing.T, h Harness, endpoints []string, policy string) Client 
 func waitLeaderKnown(t *testing.T, cli Client, c Cluster, want int) {
 	t.Helper()
 	ep := c.Endpoints()[want]
-	Poll(t, 5*time.Second, "router learns the leader "+ep, func() bool { return cli.Stats().Leader == ep })
+	testutil.Poll(t, 5*time.Second, "router learns the leader "+ep, func() bool { return cli.Stats().Leader == ep })
 }
 
 // servedAll reads every member's own counts; dead (a killed member) counts
@@ -173,7 +174,7 @@ func testLeaderChange(t *testing.T, h Harness, kill bool) {
 	}
 	waitLeaderKnown(t, cli, c, old)
 	l := startLoad(t, cli, 4, 0.5, "change")
-	Poll(t, 10*time.Second, "load under way", func() bool { return len(l.ackedWrites()) > 50 })
+	testutil.Poll(t, 10*time.Second, "load under way", func() bool { return len(l.ackedWrites()) > 50 })
 
 	target := (old + 1) % 3
 	if kill {
@@ -185,12 +186,12 @@ func testLeaderChange(t *testing.T, h Harness, kill bool) {
 	}
 	// t0: the first moment the servers agree on a new leader.
 	var next int
-	Poll(t, 15*time.Second, "a new leader", func() bool {
+	testutil.Poll(t, 15*time.Second, "a new leader", func() bool {
 		next, err = c.Leader(ctx)
 		return err == nil && next != old
 	})
 	t0 := time.Now()
-	Poll(t, 5*time.Second, "a write after the new leader", func() bool {
+	testutil.Poll(t, 5*time.Second, "a write after the new leader", func() bool {
 		_, ok := l.firstWriteAfter(t0)
 		return ok
 	})
@@ -203,7 +204,7 @@ func testLeaderChange(t *testing.T, h Harness, kill bool) {
 	// Writes picked before the router knew the new leader went round robin;
 	// let them finish before counting where writes go.
 	known := time.Now()
-	Poll(t, 2*opTimeout, "operations from before the leader was known finish", func() bool { return !l.startedBefore(known) })
+	testutil.Poll(t, 2*opTimeout, "operations from before the leader was known finish", func() bool { return !l.startedBefore(known) })
 
 	// Writes now go to the new leader (server side).
 	var dead []int
@@ -211,7 +212,7 @@ func testLeaderChange(t *testing.T, h Harness, kill bool) {
 		dead = []int{old}
 	}
 	before := servedAll(t, c, dead...)
-	Poll(t, 10*time.Second, "writes after the change", func() bool {
+	testutil.Poll(t, 10*time.Second, "writes after the change", func() bool {
 		d := delta(servedAll(t, c, dead...), before)
 		return d[next].Writes >= 100
 	})
@@ -293,11 +294,11 @@ func testDegraded(t *testing.T, h Harness, policy string) {
 	waitLeaderKnown(t, cli, c, leader)
 	slow := (leader + 1) % 3 // the same-zone follower in the default topology
 	startLoad(t, cli, 4, 0.8, "degraded")
-	Poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[slow].Reads() > 100 })
+	testutil.Poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[slow].Reads() > 100 })
 
 	c.Degrade(slow, 8*time.Millisecond, 2*time.Millisecond)
 	degradedAt := time.Now()
-	took := Poll(t, 5*time.Second, "degraded member's read share below 2%", func() bool {
+	took := testutil.Poll(t, 5*time.Second, "degraded member's read share below 2%", func() bool {
 		return windowShare(cli, slow, 500*time.Millisecond) < 0.02
 	})
 	t.Logf("degraded member's read share fell below 2%% within %v", took)
@@ -312,7 +313,7 @@ func testDegraded(t *testing.T, h Harness, policy string) {
 	if !cli.Stats().Members[slow].Ejected && policy != HybridP2C {
 		t.Errorf("router does not report m%d ejected", slow)
 	} else if !cli.Stats().Members[slow].Ejected {
-		took = Poll(t, 15*time.Second, fmt.Sprintf("router reports m%d ejected", slow), func() bool { return cli.Stats().Members[slow].Ejected })
+		took = testutil.Poll(t, 15*time.Second, fmt.Sprintf("router reports m%d ejected", slow), func() bool { return cli.Stats().Members[slow].Ejected })
 		t.Logf("ejected %v later", took)
 	}
 
@@ -338,7 +339,7 @@ func servedWhileDegraded(t *testing.T, c Cluster, i int) []Served {
 func healAndRejoin(t *testing.T, c Cluster, cli Client, i int) {
 	t.Helper()
 	c.Degrade(i, 0, 0)
-	took := Poll(t, 10*time.Second, fmt.Sprintf("recovered member m%d rejoins", i), func() bool {
+	took := testutil.Poll(t, 10*time.Second, fmt.Sprintf("recovered member m%d rejoins", i), func() bool {
 		return !cli.Stats().Members[i].Ejected && windowShare(cli, i, 300*time.Millisecond) > 0.15
 	})
 	t.Logf("recovered member m%d rejoined within %v", i, took)

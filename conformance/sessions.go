@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/router"
 )
 
@@ -99,7 +100,7 @@ func testWatchAfterLoss(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	writer := connect(t, h, c.Endpoints(), router.Hybrid)
-	Poll(t, 10*time.Second, "a write after the member died", func() bool {
+	testutil.Poll(t, 10*time.Second, "a write after the member died", func() bool {
 		wctx, cancel := context.WithTimeout(ctx, opTimeout)
 		defer cancel()
 		return writer.Put(wctx, "watched", "1") == nil
@@ -127,12 +128,12 @@ func testExpiry(t *testing.T, h Harness) {
 	}
 	admin := sessionClient(t, connect(t, h, cut.DirectEndpoints(), router.Hybrid))
 	cut.CutClients(true)
-	Poll(t, 4*sc.SessionTimeout(), "the cluster expires the session", func() bool {
+	testutil.Poll(t, 4*sc.SessionTimeout(), "the cluster expires the session", func() bool {
 		owner, err := admin.Owner(ctx, "doomed")
 		return err == nil && owner == 0
 	})
 	cut.CutClients(false)
-	Poll(t, 3*sc.SessionTimeout(), "the client reports the expiry", func() bool {
+	testutil.Poll(t, 3*sc.SessionTimeout(), "the client reports the expiry", func() bool {
 		select {
 		case <-sc.Expired():
 			return true

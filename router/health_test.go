@@ -739,3 +739,191 @@ func TestClusterWideTroubleEjectsNobodyOnLatency(t *testing.T) {
 		t.Fatal("m2 at six times the median, nothing failing, is not ejected")
 	}
 }
+
+func TestOutcomesThatDoNotCountAgainstTheMember(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	for _, o := range []Outcome{AppError, CallerGaveUp, NotSent, Overloaded} {
+		p, _ := tr.Pick(context.Background(), Write)
+		tr.clock.Advance(time.Millisecond)
+		p.Done(o)
+	}
+	st := tr.Stats()
+	if st.Leader != "m0" {
+		t.Fatalf("a write that was not the leader's fault cleared the leader: %+v", st)
+	}
+	m0 := st.Members[0]
+	if m0.Ops[Write] != 3 || m0.Errors[Write] != 1 || m0.GaveUp[Write] != 1 {
+		t.Fatalf("want 3 writes counted (NotSent taken back), 1 error (Overloaded), 1 given up: %+v", m0)
+	}
+}
+
+func TestUnreachableMemberLeavesRotation(t *testing.T) {
+	tr := newTestRouter(t, Config{Policy: RoundRobin})
+	tr.cluster.set("m0", 1, "m2")
+	tr.probeRound()
+	if c := tr.run(t, 30, LinearizableRead, flat(time.Millisecond)); c["m2"] != 10 {
+		t.Fatalf("one failed probe already removed m2: %v", c)
+	}
+	tr.probeRound() // second consecutive failure
+	if c := tr.run(t, 30, LinearizableRead, flat(time.Millisecond)); c["m2"] != 0 {
+		t.Fatalf("unreachable m2 still got reads: %v", c)
+	}
+	tr.cluster.set("m0", 1)
+	tr.probeRound()
+	if c := tr.run(t, 30, LinearizableRead, flat(time.Millisecond)); c["m2"] != 10 {
+		t.Fatalf("recovered m2 not back: %v", c)
+	}
+}
+
+func TestNotServingMemberGetsNoTraffic(t *testing.T) {
+	tr := newTestRouter(t, Config{Policy: RoundRobin})
+	tr.cfg.Prober = ProberFunc(func(ctx context.Context, m Member) (ProbeResult, error) {
+		res, err := tr.cluster.Probe(ctx, m)
+		res.NotServing = m.ID == "m1"
+		return res, err
+	})
+	tr.probeRound()
+	if c := tr.run(t, 30, Write, flat(time.Millisecond)); c["m1"] != 0 {
+		t.Fatalf("learner m1 got traffic: %v", c)
+	}
+}
+
+func TestDegradedMemberEjectedAndReadmitted(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	slow := slowMember("m2", 17*time.Millisecond, time.Millisecond)
+	tr.run(t, 300, LinearizableRead, slow)
+	tr.probeRound()
+	st := tr.Stats()
+	if !st.Members[2].Ejected || st.Members[0].Ejected || st.Members[1].Ejected {
+		t.Fatalf("want only m2 ejected: %+v", st.Members)
+	}
+	c := tr.run(t, 20000, LinearizableRead, slow)
+	share := float64(c["m2"]) / 20000
+	if share > 0.01 || share == 0 {
+		t.Fatalf("ejected m2 got %.2f%% of reads, want its probe share (0.5%%)", 100*share)
+	}
+	// Writes are not affected by read-pool health.
+	if w := tr.run(t, 100, Write, slow); w["m0"] != 100 {
+		t.Fatalf("writes = %v", w)
+	}
+	// Recovery: m2's probe-share reads bring its estimate down.
+	rounds := 0
+	for ; tr.Stats().Members[2].Ejected; rounds++ {
+		if rounds == 10 {
+			t.Fatalf("m2 not readmitted after recovering: %+v", tr.Stats().Members[2])
+		}
+		tr.run(t, 1000, LinearizableRead, flat(time.Millisecond))
+		tr.probeRound()
+	}
+	t.Logf("readmitted after %d rounds of 1000 reads", rounds)
+	if c := tr.run(t, 300, LinearizableRead, flat(time.Millisecond)); c["m2"] != 100 {
+		t.Fatalf("readmitted m2 reads = %v", c)
+	}
+}
+
+func TestNoReadmissionWithoutFreshReads(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	tr.run(t, 300, LinearizableRead, slowMember("m1", 20*time.Millisecond, time.Millisecond))
+	tr.probeRound()
+	if !tr.Stats().Members[1].Ejected {
+		t.Fatal("m1 not ejected")
+	}
+	// An idle client: probes are in line, time passes, but no read says
+	// m1 recovered. The absence of bad news is not evidence.
+	for range 50 {
+		tr.clock.Advance(time.Second)
+		tr.probeRound()
+	}
+	if !tr.Stats().Members[1].Ejected {
+		t.Fatal("readmitted without a single fresh read")
+	}
+	// Reads resume; m1's probe share is fast now: it comes back.
+	for range 10 {
+		if !tr.Stats().Members[1].Ejected {
+			break
+		}
+		tr.run(t, 2000, LinearizableRead, flat(time.Millisecond))
+		tr.probeRound()
+	}
+	if tr.Stats().Members[1].Ejected {
+		t.Fatalf("recovered m1 not readmitted on fresh reads: %+v", tr.Stats().Members[1])
+	}
+}
+
+func TestSlowProbesKeepMemberOut(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	tr.run(t, 300, LinearizableRead, slowMember("m1", 20*time.Millisecond, time.Millisecond))
+	tr.probeRound()
+	if !tr.Stats().Members[1].Ejected {
+		t.Fatal("m1 not ejected")
+	}
+	// Probes to m1 take 30 ms, to the others nothing: still degraded by
+	// the probe rule (beyond MinProbeEjectGap), although its reads recover.
+	tr.cfg.Prober = ProberFunc(func(ctx context.Context, m Member) (ProbeResult, error) {
+		if m.ID == "m1" {
+			tr.clock.Advance(30 * time.Millisecond)
+		}
+		return tr.cluster.Probe(ctx, m)
+	})
+	for range 5 { // the probe estimate settles while m1 is out
+		tr.refreshSequential()
+	}
+	for range 20 {
+		tr.run(t, 2000, LinearizableRead, flat(time.Millisecond))
+		tr.refreshSequential()
+	}
+	if m := tr.Stats().Members[1]; !m.Ejected {
+		t.Fatalf("a member whose probes are still slow was readmitted: %+v", m)
+	}
+}
+
+func TestNoEjectionWhenAllEquallySlow(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	tr.run(t, 300, LinearizableRead, flat(40*time.Millisecond))
+	tr.probeRound()
+	tr.expectNoneEjected(t, "although all members are equally slow")
+}
+
+func TestNeverEjectMajority(t *testing.T) {
+	tr := newTestRouter(t, Config{Members: members(5)})
+	tr.run(t, 1000, LinearizableRead, func(m Member) time.Duration {
+		if m.ID == "m0" {
+			return time.Millisecond
+		}
+		return time.Millisecond * time.Duration(10*len(m.ID)+int(m.ID[1]-'0'))
+	})
+	tr.probeRound()
+	ejected := 0
+	for _, m := range tr.Stats().Members {
+		if m.Ejected {
+			ejected++
+		}
+	}
+	if ejected > 2 {
+		t.Fatalf("%d of 5 members ejected, want at most 2", ejected)
+	}
+}
+
+func TestMinSamplesAndGap(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	// Three slow reads are not enough evidence.
+	tr.run(t, 9, LinearizableRead, slowMember("m2", 50*time.Millisecond, time.Millisecond))
+	tr.probeRound()
+	if tr.Stats().Members[2].Ejected {
+		t.Fatal("ejected on fewer than MinSamples reads")
+	}
+	// 3x the median but only 4 ms above it: a farther zone, not a fault.
+	tr2 := newTestRouter(t, Config{})
+	tr2.run(t, 300, LinearizableRead, slowMember("m2", 6*time.Millisecond, 2*time.Millisecond))
+	tr2.probeRound()
+	if tr2.Stats().Members[2].Ejected {
+		t.Fatal("ejected for a 4 ms excess, below MinEjectGap")
+	}
+	// With the gap switched off, the ratio alone decides.
+	tr3 := newTestRouter(t, Config{MinEjectGap: -1})
+	tr3.run(t, 300, LinearizableRead, slowMember("m2", 6*time.Millisecond, 2*time.Millisecond))
+	tr3.probeRound()
+	if !tr3.Stats().Members[2].Ejected {
+		t.Fatal("not ejected at 3x the median with no gap")
+	}
+}

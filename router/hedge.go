@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/oproute/oproute/internal/override"
 )
 
 // HedgeConfig configures hedged reads: when a read has not answered after
@@ -225,7 +227,7 @@ func (r *Router) HedgeDelay(ctx context.Context, op Op) (time.Duration, bool) {
 	if v, ok := ctx.Value(hedgingKey{}).(bool); ok {
 		on = v
 	}
-	if !on || HasOverride(ctx) {
+	if !on || override.Any(ctx) {
 		return 0, false
 	}
 	h.earn(int64(h.cfg.Budget * 1000))
@@ -261,6 +263,15 @@ func (r *Router) hedgeTarget(op Op, exclude int) (Member, bool) {
 		idx = r.choosePool(set)
 	}
 	return r.roster().members[idx], true
+}
+
+// hedgeConfig returns a copy of the hedging configuration, nil without.
+func (r *Router) hedgeConfig() *HedgeConfig {
+	if r.hedge == nil {
+		return nil
+	}
+	h := r.hedge.cfg
+	return &h
 }
 
 // Hedging reports whether the router has hedging configured (Config.Hedge):

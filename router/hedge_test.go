@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/oproute/oproute/internal/testutil"
+
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // timerClock is a fake clock whose AfterFunc timers fire only when the test
@@ -220,7 +222,7 @@ oproute_hedged_reads_total{result="sent"} 1
 oproute_hedged_reads_total{result="throttled"} 0
 oproute_hedged_reads_total{result="won"} 1
 `
-	if err := testutil.CollectAndCompare(tr.Collector(), strings.NewReader(want), "oproute_hedged_reads_total"); err != nil {
+	if err := promtestutil.CollectAndCompare(tr.Collector(), strings.NewReader(want), "oproute_hedged_reads_total"); err != nil {
 		t.Error(err)
 	}
 	after := tr.Stats()
@@ -316,7 +318,7 @@ func TestHedgeCancelledWhenTheFirstAnswers(t *testing.T) {
 		t.Fatalf("answer %q, want the first attempt's (%s)", got, firstAt)
 	}
 	// The hedge's cancellation is the caller giving up, not a fault.
-	eventually(t, "the hedge reported", func() bool {
+	testutil.Poll(t, 5*time.Second, "the hedge reported", func() bool {
 		for i, m := range tr.Stats().Members {
 			if m.Member.ID == hedgeAt && m.GaveUp[LinearizableRead] > before.Members[i].GaveUp[LinearizableRead] {
 				return true
@@ -545,17 +547,5 @@ func TestLoadAwareKeepsEjection(t *testing.T) {
 		}
 		tr.run(t, 1000, LinearizableRead, flat(time.Millisecond))
 		tr.probeRound()
-	}
-}
-
-// eventually polls cond until it holds, failing t after 5 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

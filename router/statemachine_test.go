@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/oproute/oproute/internal/override"
 )
 
 // The router as a state machine: random sequences of picks and their ends
@@ -143,7 +145,7 @@ func (m *machine) pick(t *rapid.T) {
 		return
 	}
 	if ro := m.r.roster(); ro.retired[p.Index] {
-		if id, forced := ForcedMember(ctx); !forced || id != p.Member.ID {
+		if id, forced := override.Forced(ctx); !forced || id != p.Member.ID {
 			t.Fatalf("picked retired member %d (%s) without being told to", p.Index, p.Member.ID)
 		}
 	}

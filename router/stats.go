@@ -7,7 +7,15 @@ import (
 
 // Stats is a point-in-time view of the router.
 type Stats struct {
+	// Policy is the routing policy: one of Policies(). Hybrid's variants
+	// (HybridHedge, HybridP2C) are hybrid with the options below.
 	Policy string
+	// LoadAware: hybrid chooses within the read pool by power of two
+	// choices (Config.LoadAware).
+	LoadAware bool
+	// Hedge is the hedging configuration (Config.Hedge, its defaults
+	// applied); nil without hedging.
+	Hedge *HedgeConfig
 	// Leader is the ID of the member writes are pinned to, "" when unknown.
 	Leader string
 	// LeaderChanges counts moves of the known leader from one member to another.
@@ -67,6 +75,8 @@ func (r *Router) Stats() Stats {
 	s := r.snap.Load() // under mu: the view and the health fields of one round
 	st := Stats{
 		Policy:        r.cfg.Policy,
+		LoadAware:     r.cfg.LoadAware,
+		Hedge:         r.hedgeConfig(),
 		LeaderChanges: r.leaderChanges.Load(),
 		Fallbacks:     r.fallbacks.Load(),
 		Hedges:        r.Hedges(),

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/oproute/oproute/internal/override"
 )
 
 // Op is the class of an operation: what it asks of the consensus protocol.
@@ -173,25 +175,17 @@ var (
 	ErrUnreachable = errors.New("router: no member reachable")
 )
 
-type overrideKey struct{}
-
-type override struct {
-	leader bool
-	member string
-	prefer bool // member is a preference, kept only while it serves reads
-}
-
 // WithLeader returns a context whose operations go to the leader whatever
 // their class (when the leader is unknown they fall back like writes do).
 func WithLeader(ctx context.Context) context.Context {
-	return context.WithValue(ctx, overrideKey{}, override{leader: true})
+	return override.With(ctx, override.Override{Leader: true})
 }
 
 // WithMember returns a context whose operations go to the member with the
 // given ID, whatever the policy says. Pick fails with ErrUnknownMember if no
 // such member exists.
 func WithMember(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, overrideKey{}, override{member: id})
+	return override.With(ctx, override.Override{Member: id})
 }
 
 // WithPreferredMember returns a context whose operations go to the member
@@ -200,26 +194,5 @@ func WithMember(ctx context.Context, id string) context.Context {
 // when the member stops serving, resumes elsewhere. Pick fails with
 // ErrUnknownMember if no such member exists.
 func WithPreferredMember(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, overrideKey{}, override{member: id, prefer: true})
-}
-
-// HasOverride reports whether ctx carries a per-call override (WithLeader,
-// WithMember or WithPreferredMember).
-func HasOverride(ctx context.Context) bool {
-	_, ok := overrideFrom(ctx)
-	return ok
-}
-
-// ForcedMember returns the member ID set by WithMember on ctx, if any.
-func ForcedMember(ctx context.Context) (string, bool) {
-	o, ok := overrideFrom(ctx)
-	return o.member, ok && o.member != "" && !o.prefer
-}
-
-func overrideFrom(ctx context.Context) (override, bool) {
-	if ctx == nil {
-		return override{}, false
-	}
-	o, ok := ctx.Value(overrideKey{}).(override)
-	return o, ok
+	return override.With(ctx, override.Override{Member: id, Prefer: true})
 }

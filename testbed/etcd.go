@@ -3,24 +3,20 @@ package testbed
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // EtcdOptions configures StartEtcd.
@@ -273,152 +269,6 @@ func (m *EtcdMember) ID() uint64 { return m.id.Load() }
 // Endpoint returns the member's shaped client URL.
 func (m *EtcdMember) Endpoint() string { return m.spec.AdvertiseClient }
 
-// ClientConnections returns how many connections clients have opened to
-// the member (through its client proxy) since its process started, 0 when
-// it is not running.
-func (m *EtcdMember) ClientConnections() uint64 { return m.clientConnections() }
-
-// admin returns a control client for member i on its direct URL.
-func (c *EtcdCluster) admin(i int) (*clientv3.Client, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, errors.New("testbed: cluster closed")
-	}
-	if cli := c.admins[i]; cli != nil {
-		return cli, nil
-	}
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{c.members[i].spec.ListenClient},
-		DialTimeout: 2 * time.Second,
-		Logger:      zap.NewNop(),
-		TLS:         c.ClientTLS(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("testbed: admin client for m%d: %w", i, err)
-	}
-	c.admins[i] = cli
-	return cli, nil
-}
-
-// Status returns member i's status, asked on its direct URL.
-func (c *EtcdCluster) Status(ctx context.Context, i int) (*pb.StatusResponse, error) {
-	cli, err := c.admin(i)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	resp, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("testbed: status of m%d: %w", i, err)
-	}
-	return resp, nil
-}
-
-// Leader returns the index of the member that a majority of the running
-// members names as leader at the highest term they report.
-func (c *EtcdCluster) Leader(ctx context.Context) (int, error) {
-	type vote struct {
-		leader uint64
-		term   uint64
-	}
-	votes := map[vote]int{}
-	for i := range c.members {
-		if c.members[i].PID() == 0 {
-			continue
-		}
-		st, err := c.Status(ctx, i)
-		if err != nil || st.Leader == 0 {
-			continue
-		}
-		votes[vote{st.Leader, st.RaftTerm}]++
-	}
-	best, n := vote{}, 0
-	for v, k := range votes {
-		if k > n || (k == n && v.term > best.term) {
-			best, n = v, k
-		}
-	}
-	if n <= c.voters()/2 {
-		return -1, ErrNoLeader
-	}
-	for i, m := range c.members {
-		if m.ID() == best.leader {
-			if m.PID() == 0 {
-				// The survivors have not noticed yet that it died.
-				return -1, ErrNoLeader
-			}
-			return i, nil
-		}
-	}
-	// IDs not learnt yet (start-up): ask each member who it is.
-	for i := range c.members {
-		if st, err := c.Status(ctx, i); err == nil && st.Header.MemberId == best.leader {
-			return i, nil
-		}
-	}
-	return -1, ErrNoLeader
-}
-
-// voters returns how many members the cluster has, removed ones aside.
-func (c *EtcdCluster) voters() int {
-	n := 0
-	for _, m := range c.members {
-		if !m.removed.Load() {
-			n++
-		}
-	}
-	return n
-}
-
-// WaitLeader polls until a leader exists or ctx ends.
-func (c *EtcdCluster) WaitLeader(ctx context.Context) (int, error) {
-	for {
-		i, err := c.Leader(ctx)
-		if err == nil {
-			return i, nil
-		}
-		select {
-		case <-ctx.Done():
-			return -1, fmt.Errorf("testbed: waiting for a leader: %w", errors.Join(err, ctx.Err()))
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-func (c *EtcdCluster) learnIDs(ctx context.Context) error {
-	idx := map[string]int{}
-	for i, m := range c.members {
-		st, err := c.Status(ctx, i)
-		if err != nil {
-			return err
-		}
-		m.id.Store(st.Header.MemberId)
-		idx[strconv.FormatUint(st.Header.MemberId, 16)] = i
-	}
-	c.setNet(func(n *netState) { n.IDs = idx })
-	return nil
-}
-
-// MoveLeader hands leadership to member to, asking the current leader (the
-// only member that accepts MoveLeader), and waits until it holds.
-func (c *EtcdCluster) MoveLeader(ctx context.Context, to int) error {
-	return moveLeader(ctx, len(c.members), to, c.members[to].Name, c.WaitLeader, func(ctx context.Context, from int) error {
-		cli, err := c.admin(from)
-		if err != nil {
-			return err
-		}
-		mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err = cli.MoveLeader(mctx, c.members[to].ID())
-		cancel()
-		if err != nil && ctx.Err() != nil {
-			return fmt.Errorf("testbed: move leader to m%d: %w", to, err)
-		}
-		return nil // refused: moveLeader asks again
-	})
-}
-
 // Kill crashes member i (SIGKILL, no leadership hand-over) and waits for
 // its process to end.
 func (c *EtcdCluster) Kill(i int) error {
@@ -443,146 +293,6 @@ func (c *EtcdCluster) Restart(ctx context.Context, i int) error {
 		return err
 	}
 	return c.waitReady(ctx, m)
-}
-
-// AddMember grows the cluster by a member in zone, as an operator does:
-// MemberAdd on the leader with the new member's peer URL, then the new
-// member started on an empty data directory with --initial-cluster-state
-// existing. It returns the new member's index once it serves. Indexes
-// never move: a removed member keeps its own. Not to be called
-// concurrently with other calls on the cluster.
-func (c *EtcdCluster) AddMember(ctx context.Context, zone string) (int, error) {
-	leader, err := c.WaitLeader(ctx)
-	if err != nil {
-		return -1, err
-	}
-	ports, err := freePorts(4)
-	if err != nil {
-		return -1, err
-	}
-	i := len(c.members)
-	m := c.newMember(i, zone, ports, "existing")
-	cli, err := c.admin(leader)
-	if err != nil {
-		return -1, err
-	}
-	var resp *clientv3.MemberAddResponse
-	err = whenHealthy(ctx, func(ctx context.Context) (err error) {
-		resp, err = cli.MemberAdd(ctx, []string{m.spec.AdvertisePeer})
-		return err
-	})
-	if err != nil {
-		return -1, fmt.Errorf("testbed: add %s: %w", m.Name, err)
-	}
-	m.id.Store(resp.Member.ID)
-	var initial []string
-	for _, pm := range resp.Members {
-		name := pm.Name
-		if pm.ID == resp.Member.ID {
-			name = m.Name
-		}
-		for _, u := range pm.PeerURLs {
-			initial = append(initial, name+"="+u)
-		}
-	}
-	m.spec.InitialCluster = strings.Join(initial, ",")
-	var l *cpuLimit
-	if c.memberCPU > 0 {
-		if l, err = newCPULimit(fmt.Sprintf("oproute-%s-m%d", c.token, i), c.memberCPU); err != nil {
-			return -1, err
-		}
-	}
-	c.limits = append(c.limits, l)
-	c.members = append(c.members, m)
-	c.topo.Zones = append(c.topo.Zones, zone)
-	c.grow(&m.server, i, zone, strconv.FormatUint(resp.Member.ID, 16))
-	if err := c.launch(m); err != nil {
-		return -1, err
-	}
-	if err := c.waitReady(ctx, m); err != nil {
-		return -1, err
-	}
-	return i, nil
-}
-
-// RemoveMember shrinks the cluster by member i, as an operator does:
-// MemberRemove asked of another member (the leader when i is not it),
-// after which etcd stops the removed member's server and its process ends
-// (killed if it has not within 10 s). Its index stays, not running. Not to
-// be called concurrently with other calls on the cluster.
-func (c *EtcdCluster) RemoveMember(ctx context.Context, i int) error {
-	m := c.members[i]
-	if m.removed.Load() {
-		return fmt.Errorf("%w: %s was removed", ErrNotRunning, m.Name)
-	}
-	ask := -1
-	if l, err := c.WaitLeader(ctx); err == nil && l != i {
-		ask = l
-	}
-	for j, o := range c.members {
-		if ask < 0 && j != i && !o.removed.Load() && o.PID() != 0 {
-			ask = j
-		}
-	}
-	if ask < 0 {
-		return fmt.Errorf("%w: no other member to ask", ErrNotRunning)
-	}
-	cli, err := c.admin(ask)
-	if err != nil {
-		return err
-	}
-	err = whenHealthy(ctx, func(ctx context.Context) error {
-		_, err := cli.MemberRemove(ctx, m.ID())
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("testbed: remove %s: %w", m.Name, err)
-	}
-	m.removed.Store(true)
-	c.dropAdmin(i)
-	deadline := time.Now().Add(10 * time.Second)
-	for m.PID() != 0 && time.Now().Before(deadline) && ctx.Err() == nil {
-		time.Sleep(20 * time.Millisecond) // waiting for a process to end
-	}
-	if m.PID() != 0 {
-		if err := m.kill(); err != nil && m.PID() != 0 {
-			return err
-		}
-	}
-	return nil
-}
-
-// whenHealthy runs a membership change, again while etcd refuses it for
-// now (its leader wants every member connected for 5 s before a change,
-// and enough started members to keep a quorum), for up to 20 s.
-func whenHealthy(ctx context.Context, change func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	for {
-		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
-		err := change(cctx)
-		ccancel()
-		if !errors.Is(err, rpctypes.ErrUnhealthy) && !errors.Is(err, rpctypes.ErrMemberNotEnoughStarted) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// Removed reports whether member i was removed from the cluster.
-func (m *EtcdMember) Removed() bool { return m.removed.Load() }
-
-func (c *EtcdCluster) dropAdmin(i int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cli := c.admins[i]; cli != nil {
-		cli.Close()
-		delete(c.admins, i)
-	}
 }
 
 // Close stops every member (SIGKILL: their data is thrown away), the
@@ -616,3 +326,6 @@ func (c *EtcdCluster) Close() error {
 	}
 	return nil
 }
+
+// Zones returns each member's zone.
+func (c *EtcdCluster) Zones() []string { return slices.Clone(c.topo.Zones) }

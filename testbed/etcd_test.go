@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
+	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/testbed"
 )
 
@@ -33,23 +34,10 @@ func client(t *testing.T, ep string) *clientv3.Client {
 // medianGet measures serializable Gets (no consensus round) on one member.
 func medianGet(t *testing.T, cli *clientv3.Client, n int) time.Duration {
 	t.Helper()
-	ctx := context.Background()
-	var ds []time.Duration
-	for range n {
-		start := time.Now()
-		if _, err := cli.Get(ctx, "k", clientv3.WithSerializable()); err != nil {
-			t.Fatal(err)
-		}
-		ds = append(ds, time.Since(start))
-	}
-	for i := range ds {
-		for j := i + 1; j < len(ds); j++ {
-			if ds[j] < ds[i] {
-				ds[i], ds[j] = ds[j], ds[i]
-			}
-		}
-	}
-	return ds[len(ds)/2]
+	return testutil.MedianTime(t, n, func() error {
+		_, err := cli.Get(context.Background(), "k", clientv3.WithSerializable())
+		return err
+	})
 }
 
 func TestClusterShapesLinksAndCountsPerMember(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/internal/zk4lw"
 	"github.com/oproute/oproute/testbed"
 )
@@ -21,39 +21,6 @@ import (
 // The knobs that cut or slow a member's peer links and not its client link
 // (Partition, DegradePeers) or its client link and not its peer links
 // (ResetClients), on both backends.
-
-// waitFor polls cond every 20 ms until it holds and returns how long that
-// took; it fails the test at the deadline with cond's last word.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() (bool, string)) time.Duration {
-	t.Helper()
-	start := time.Now()
-	deadline := start.Add(within)
-	for {
-		ok, last := cond()
-		if ok {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v (last: %s)", what, within, last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// median runs op n times and returns the median duration.
-func median(t *testing.T, n int, op func() error) time.Duration {
-	t.Helper()
-	ds := make([]time.Duration, n)
-	for i := range ds {
-		start := time.Now()
-		if err := op(); err != nil {
-			t.Fatal(err)
-		}
-		ds[i] = time.Since(start)
-	}
-	slices.Sort(ds)
-	return ds[n/2]
-}
 
 // hostPort strips a client URL to host:port.
 func hostPort(t *testing.T, endpoint string) string {
@@ -132,7 +99,7 @@ func TestEtcdPartition(t *testing.T) {
 	}
 
 	c.Partition(f, true)
-	lost := waitFor(t, 5*time.Second, "partitioned follower reports no leader", func() (bool, string) {
+	lost := testutil.PollWhy(t, 5*time.Second, "partitioned follower reports no leader", func() (bool, string) {
 		st, err := c.Status(ctx, f)
 		if err != nil {
 			return false, err.Error()
@@ -148,7 +115,7 @@ func TestEtcdPartition(t *testing.T) {
 		t.Fatalf("client link of the partitioned member: %v", err)
 	}
 	// The majority goes on committing; the partitioned member gets none of it.
-	putTime := median(t, 10, func() error {
+	putTime := testutil.MedianTime(t, 10, func() error {
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		_, err := writer.Put(wctx, "k", "during")
@@ -165,7 +132,7 @@ func TestEtcdPartition(t *testing.T) {
 	}
 
 	c.Partition(f, false)
-	back := waitFor(t, 10*time.Second, "healed follower names the leader", func() (bool, string) {
+	back := testutil.PollWhy(t, 10*time.Second, "healed follower names the leader", func() (bool, string) {
 		st, err := c.Status(ctx, f)
 		if err != nil {
 			return false, err.Error()
@@ -200,7 +167,7 @@ func TestZKPartition(t *testing.T) {
 	}
 
 	c.Partition(f, true)
-	lost := waitFor(t, 10*time.Second, "partitioned follower stops serving", func() (bool, string) {
+	lost := testutil.PollWhy(t, 10*time.Second, "partitioned follower stops serving", func() (bool, string) {
 		_, err := c.Srvr(ctx, f)
 		return errors.Is(err, zk4lw.ErrNotServing), fmt.Sprint(err)
 	})
@@ -212,11 +179,11 @@ func TestZKPartition(t *testing.T) {
 	if !errors.Is(err, zk4lw.ErrNotServing) {
 		t.Errorf("srvr through the partitioned server's client link: %v, want its not-serving answer", err)
 	}
-	setTime := median(t, 10, func() error { _, err := conn.Set("/p", []byte("x"), -1); return err })
+	setTime := testutil.MedianTime(t, 10, func() error { _, err := conn.Set("/p", []byte("x"), -1); return err })
 	t.Logf("writes through the leader during the partition: median %v", setTime)
 
 	c.Partition(f, false)
-	back := waitFor(t, 30*time.Second, "healed follower serves", func() (bool, string) {
+	back := testutil.PollWhy(t, 30*time.Second, "healed follower serves", func() (bool, string) {
 		st, err := c.Srvr(ctx, f)
 		return err == nil && st.Mode == "follower", fmt.Sprint(st.Mode, err)
 	})
@@ -246,13 +213,13 @@ func TestEtcdDegradePeers(t *testing.T) {
 // about 10 ms while a round trip on follower f1's client link does not.
 func checkPeerDelay(t *testing.T, c testbed.Faults, f1, f2 int, write, localRead func() error) {
 	t.Helper()
-	median(t, 20, write) // warm up
-	median(t, 20, localRead)
-	baseWrite, baseRead := median(t, 30, write), median(t, 30, localRead)
+	testutil.MedianTime(t, 20, write) // warm up
+	testutil.MedianTime(t, 20, localRead)
+	baseWrite, baseRead := testutil.MedianTime(t, 30, write), testutil.MedianTime(t, 30, localRead)
 	const d = 5 * time.Millisecond
 	c.DegradePeers(f1, d, 0)
 	c.DegradePeers(f2, d, 0)
-	slowWrite, slowRead := median(t, 30, write), median(t, 30, localRead)
+	slowWrite, slowRead := testutil.MedianTime(t, 30, write), testutil.MedianTime(t, 30, localRead)
 	c.DegradePeers(f1, 0, 0)
 	c.DegradePeers(f2, 0, 0)
 	t.Logf("leader write median %v → %v, follower local read median %v → %v with followers' peer links +%v each way",
@@ -318,7 +285,7 @@ func TestEtcdResetClients(t *testing.T) {
 	}
 
 	c.ResetClients(f, false)
-	took := waitFor(t, 10*time.Second, "shaped endpoint serves again", func() (bool, string) {
+	took := testutil.PollWhy(t, 10*time.Second, "shaped endpoint serves again", func() (bool, string) {
 		gctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		_, err := cli.Get(gctx, "k", clientv3.WithSerializable())

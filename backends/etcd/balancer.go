@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/serviceconfig"
 	"google.golang.org/grpc/status"
 
+	"github.com/oproute/oproute/internal/override"
 	"github.com/oproute/oproute/internal/pool"
 	"github.com/oproute/oproute/router"
 )
@@ -252,9 +253,9 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	// Streams are few and long: only they need the leader-bound lookup and
 	// the bookkeeping that lets the stream mover find them.
 	stream := op == router.Stream
-	toLeader := stream && LeaderBound(info.FullMethodName)
+	toLeader := stream && leaderBound(info.FullMethodName)
 	pctx := ctx
-	if toLeader && !router.HasOverride(ctx) {
+	if toLeader && !override.Any(ctx) {
 		pctx = router.WithLeader(ctx)
 	}
 	pick, err := p.r.Pick(pctx, op)
@@ -264,7 +265,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	sc, ok := p.pool.Get(pick.Index)
 	if !ok {
 		pick.Abandon()
-		if _, forced := router.ForcedMember(ctx); forced {
+		if _, forced := override.Forced(ctx); forced {
 			return balancer.PickResult{}, status.Errorf(codes.Unavailable, "oproute: member %s has no ready connection", pick.Member.ID)
 		}
 		// The router has not yet seen this member go: use one that is up.
@@ -287,7 +288,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	}
 	var endBusy func()
 	if stream {
-		_, forced := router.ForcedMember(ctx)
+		_, forced := override.Forced(ctx)
 		picked(ctx, pick.Index, forced, toLeader)
 		if info.FullMethodName == defragmentMethod {
 			// The member serves nothing while it defragments: planned, not

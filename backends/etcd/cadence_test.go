@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oproute/oproute/internal/testutil"
+
 	"github.com/oproute/oproute/backends/etcd"
-	"github.com/oproute/oproute/conformance"
 	"github.com/oproute/oproute/testbed"
 )
 
@@ -42,7 +43,7 @@ func TestIdleClientsProbeRarely(t *testing.T) {
 	for i := range clis {
 		clis[i] = newClient(t, c)
 	}
-	conformance.Poll(t, 15*time.Second, "every client settled", func() bool { return settled(clis...) })
+	testutil.Poll(t, 15*time.Second, "every client settled", func() bool { return settled(clis...) })
 	before, start := statusServed(t, c), time.Now()
 	time.Sleep(12 * time.Second) // the measured window: one stable interval and its jitter
 	rate := float64(statusServed(t, c)-before) / time.Since(start).Seconds() / float64(len(clis))
@@ -62,7 +63,7 @@ func TestSettledClientFollowsLeaderMoveFromResponses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cli := newClient(t, c)
-	conformance.Poll(t, 15*time.Second, "the client settled", func() bool { return settled(cli) })
+	testutil.Poll(t, 15*time.Second, "the client settled", func() bool { return settled(cli) })
 	old, err := c.Leader(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -71,11 +72,11 @@ func TestSettledClientFollowsLeaderMoveFromResponses(t *testing.T) {
 	if err := c.MoveLeader(ctx, to); err != nil {
 		t.Fatal(err)
 	}
-	conformance.Poll(t, 10*time.Second, "the move done", func() bool { l, err := c.Leader(ctx); return err == nil && l == to })
+	testutil.Poll(t, 10*time.Second, "the move done", func() bool { l, err := c.Leader(ctx); return err == nil && l == to })
 	moved := time.Now()
 	if _, err := cli.Put(ctx, "after-move", "v"); err != nil { // the old leader forwards it
 		t.Fatal(err)
 	}
-	conformance.Poll(t, 2*time.Second, "the client follows the new leader", func() bool { return cli.Stats().Leader == c.Endpoints()[to] })
+	testutil.Poll(t, 2*time.Second, "the client follows the new leader", func() bool { return cli.Stats().Leader == c.Endpoints()[to] })
 	t.Logf("the client followed the move %v after it was done (stable probe interval 10 s)", time.Since(moved).Round(time.Millisecond))
 }

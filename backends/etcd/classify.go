@@ -111,7 +111,7 @@ var rpcClasses = map[string]rpcClass{
 	"/v3electionpb.Election/Observe":  {op: router.Stream},
 }
 
-// Classify returns the operation class of an etcd RPC by its full method
+// classifyMethod returns the operation class of an etcd RPC by its full method
 // name ("/etcdserverpb.KV/Put"), from one table that covers every RPC of
 // the etcd API (see rpcClasses for why each goes where it goes). Txn
 // counts as a write here; the interceptor refines it to a read when it
@@ -119,30 +119,30 @@ var rpcClasses = map[string]rpcClass{
 //
 // An unknown method is a write: the leader serves anything a follower can,
 // so it is the safe default for an RPC added by a later etcd.
-func Classify(fullMethod string) router.Op {
+func classifyMethod(fullMethod string) router.Op {
 	if c, ok := rpcClasses[fullMethod]; ok {
 		return c.op
 	}
 	return router.Write
 }
 
-// LeaderBound reports whether the RPC must go to the leader whatever its
+// leaderBound reports whether the RPC must go to the leader whatever its
 // class: LeaseKeepAlive, a stream that a follower would only forward to the
 // leader, which owns the lessor. The picker pins it to the leader and falls
 // back like a write when the leader is unknown.
-func LeaderBound(fullMethod string) bool {
+func leaderBound(fullMethod string) bool {
 	return rpcClasses[fullMethod].leader
 }
 
-// TxnIsReadOnly reports whether a Txn holds no write in any branch,
+// txnIsReadOnly reports whether a Txn holds no write in any branch,
 // including nested Txns.
-func TxnIsReadOnly(t *pb.TxnRequest) bool {
+func txnIsReadOnly(t *pb.TxnRequest) bool {
 	for _, ops := range [][]*pb.RequestOp{t.GetSuccess(), t.GetFailure()} {
 		for _, op := range ops {
 			switch r := op.GetRequest().(type) {
 			case *pb.RequestOp_RequestRange:
 			case *pb.RequestOp_RequestTxn:
-				if !TxnIsReadOnly(r.RequestTxn) {
+				if !txnIsReadOnly(r.RequestTxn) {
 					return false
 				}
 			default:
@@ -168,7 +168,7 @@ func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *g
 			ctx = context.WithValue(ctx, opKey{}, op)
 		}
 	case *pb.TxnRequest:
-		if TxnIsReadOnly(r) {
+		if txnIsReadOnly(r) {
 			op = router.LinearizableRead
 			ctx = context.WithValue(ctx, opKey{}, op)
 		}
@@ -255,5 +255,5 @@ func classify(ctx context.Context, fullMethod string) router.Op {
 	if op, ok := ctx.Value(opKey{}).(router.Op); ok {
 		return op
 	}
-	return Classify(fullMethod)
+	return classifyMethod(fullMethod)
 }

@@ -125,8 +125,8 @@ func TestClassifyEachRPC(t *testing.T) {
 	}
 	for rpc, op := range want {
 		t.Run(rpc+" is "+op.String(), func(t *testing.T) {
-			if got := Classify(rpc); got != op {
-				t.Errorf("Classify(%q) = %v, want %v", rpc, got, op)
+			if got := classifyMethod(rpc); got != op {
+				t.Errorf("classifyMethod(%q) = %v, want %v", rpc, got, op)
 			}
 		})
 	}
@@ -135,13 +135,13 @@ func TestClassifyEachRPC(t *testing.T) {
 func TestLeaderBound(t *testing.T) {
 	for rpc := range etcdRPCs() {
 		want := rpc == "/etcdserverpb.Lease/LeaseKeepAlive"
-		if got := LeaderBound(rpc); got != want {
-			t.Errorf("LeaderBound(%q) = %v, want %v", rpc, got, want)
+		if got := leaderBound(rpc); got != want {
+			t.Errorf("leaderBound(%q) = %v, want %v", rpc, got, want)
 		}
 	}
 	for _, rpc := range []string{"", "/some.Other/Method", "/etcdserverpb.Lease/LeaseKeepAliveV2"} {
-		if LeaderBound(rpc) {
-			t.Errorf("LeaderBound(%q) = true for an unknown RPC, want false (it is a write already)", rpc)
+		if leaderBound(rpc) {
+			t.Errorf("leaderBound(%q) = true for an unknown RPC, want false (it is a write already)", rpc)
 		}
 	}
 }

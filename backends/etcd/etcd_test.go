@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oproute/oproute/internal/testutil"
+
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -483,14 +485,14 @@ func TestProbesDoNotWarnWhileConnecting(t *testing.T) {
 		}
 		return all, notReady
 	}
-	conformance.Poll(t, 10*time.Second, "every member probed", func() bool { return allProbed(cli) })
+	testutil.Poll(t, 10*time.Second, "every member probed", func() bool { return allProbed(cli) })
 	if all, _ := probeWarnings(); all > 0 {
 		t.Errorf("%d probe warnings at start-up", all)
 	}
 	if err := c.Kill(2); err != nil { // a member down: its connection is never ready again
 		t.Fatal(err)
 	}
-	conformance.Poll(t, 10*time.Second, "the killed member unreachable", func() bool { return !cli.Stats().Members[2].Reachable })
+	testutil.Poll(t, 10*time.Second, "the killed member unreachable", func() bool { return !cli.Stats().Members[2].Reachable })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for range 20 {
@@ -520,7 +522,7 @@ func TestMetricsAndEvents(t *testing.T) {
 	if err := reg.Register(cli.Collector()); err != nil {
 		t.Fatal(err)
 	}
-	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+	if problems, err := promtestutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
 		t.Fatalf("lint: %v %v", problems, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -549,7 +551,7 @@ func TestMetricsAndEvents(t *testing.T) {
 	if err := c.Kill(2); err != nil {
 		t.Fatal(err)
 	}
-	conformance.Poll(t, 10*time.Second, "the killed member down in the metrics", func() bool {
+	testutil.Poll(t, 10*time.Second, "the killed member down in the metrics", func() bool {
 		return conformance.Metric(t, reg, "oproute_member_up", "member", eps[2]) == 0
 	})
 	n := 0
@@ -589,7 +591,7 @@ func TestEndpointsFollowed(t *testing.T) {
 		return m
 	}
 	cli.SetEndpoints(eps...)
-	conformance.Poll(t, 5*time.Second, "the added endpoint probed", func() bool { return len(live()) == 3 })
+	testutil.Poll(t, 5*time.Second, "the added endpoint probed", func() bool { return len(live()) == 3 })
 	before := counts("etcdserverpb.KV/Range")
 	for range 300 {
 		if _, err := cli.Get(ctx, "k"); err != nil {
@@ -610,11 +612,11 @@ func TestEndpointsFollowed(t *testing.T) {
 		}
 		return started["etcdserverpb.Watch/Watch"] - counts("etcdserverpb.Watch/Watch")[i]
 	}
-	conformance.Poll(t, 5*time.Second, "the watch open on m0", func() bool { return openWatches(0) == 1 })
+	testutil.Poll(t, 5*time.Second, "the watch open on m0", func() bool { return openWatches(0) == 1 })
 
 	cli.SetEndpoints(eps[1:]...) // m0, the leader, leaves the list
-	conformance.Poll(t, 5*time.Second, "the removed endpoint retired", func() bool { return !live()["127.0.0.1:"+strings.Split(eps[0], ":")[2]] && len(live()) == 2 })
-	conformance.Poll(t, 5*time.Second, "the watch moved off the removed endpoint", func() bool { return openWatches(0) == 0 && openWatches(1)+openWatches(2) == 1 })
+	testutil.Poll(t, 5*time.Second, "the removed endpoint retired", func() bool { return !live()["127.0.0.1:"+strings.Split(eps[0], ":")[2]] && len(live()) == 2 })
+	testutil.Poll(t, 5*time.Second, "the watch moved off the removed endpoint", func() bool { return openWatches(0) == 0 && openWatches(1)+openWatches(2) == 1 })
 	if _, err := cli.Put(ctx, "w", "after"); err != nil {
 		t.Fatal(err)
 	}
@@ -643,7 +645,7 @@ func TestEndpointsFollowed(t *testing.T) {
 	if err := cli.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	conformance.Poll(t, 5*time.Second, "every advertised member back after Sync", func() bool { return len(live()) == 3 })
+	testutil.Poll(t, 5*time.Second, "every advertised member back after Sync", func() bool { return len(live()) == 3 })
 	t.Logf("endpoints after Sync: %v", cli.Endpoints())
 }
 
@@ -688,7 +690,7 @@ func TestUnixEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	conformance.Poll(t, 5*time.Second, "every unix member probed and the leader known", func() bool {
+	testutil.Poll(t, 5*time.Second, "every unix member probed and the leader known", func() bool {
 		return allProbed(cli) && cli.Stats().Leader == eps[0]
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -732,7 +734,7 @@ func TestAdvertisedURLsDiffer(t *testing.T) {
 	defer cancel()
 	spread := func(when string) {
 		t.Helper()
-		conformance.Poll(t, 5*time.Second, when+": every member probed and the leader known", func() bool {
+		testutil.Poll(t, 5*time.Second, when+": every member probed and the leader known", func() bool {
 			st, live := cli.Stats(), 0
 			for _, m := range st.Members {
 				if !m.Retired && m.ProbeOK {
@@ -758,7 +760,7 @@ func TestAdvertisedURLsDiffer(t *testing.T) {
 	if err := cli.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	conformance.Poll(t, 5*time.Second, "the advertised URLs followed", func() bool {
+	testutil.Poll(t, 5*time.Second, "the advertised URLs followed", func() bool {
 		for _, m := range cli.Stats().Members {
 			if !m.Retired && strings.HasPrefix(m.Member.Addr, "localhost") {
 				return false

@@ -3,7 +3,6 @@ package etcd_test
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/oproute/oproute/backends/etcd"
+	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/testbed"
 )
@@ -93,25 +93,16 @@ func BenchmarkStockVsRouted(b *testing.B) {
 				}
 				b.Run(fmt.Sprintf("%s/%s/trial=%d", op.name, cl.name, trial), func(b *testing.B) {
 					b.ReportAllocs()
-					cpu0 := processCPU()
+					cpu0 := testutil.ProcessCPU()
 					for b.Loop() {
 						if err := op.do(kv); err != nil {
 							b.Fatal(err)
 						}
 					}
-					b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+					b.ReportMetric(float64((testutil.ProcessCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 				})
 				closeKV()
 			}
 		}
 	}
-}
-
-// processCPU is the CPU time (user and system) this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oproute/oproute/internal/testutil"
+
 	ozk "github.com/oproute/oproute/backends/zk"
-	"github.com/oproute/oproute/conformance"
 	"github.com/oproute/oproute/testbed"
 )
 
@@ -40,7 +41,7 @@ func TestIdleConnsProbeRarely(t *testing.T) {
 		}
 		conns[i], _ = connect(t, c, ozk.WithDialer(dial))
 	}
-	conformance.Poll(t, 15*time.Second, "every Conn settled", func() bool { return settled(conns...) })
+	testutil.Poll(t, 15*time.Second, "every Conn settled", func() bool { return settled(conns...) })
 	before, start := proxiedConnections(c), time.Now()
 	time.Sleep(12 * time.Second) // the measured window: one stable interval and its jitter
 	rate := float64(proxiedConnections(c)-before) / time.Since(start).Seconds() / float64(len(conns))
@@ -60,7 +61,7 @@ func TestSettledConnFollowsNewLeader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	conn, _ := connect(t, c)
-	conformance.Poll(t, 15*time.Second, "the Conn settled", func() bool { return settled(conn) })
+	testutil.Poll(t, 15*time.Second, "the Conn settled", func() bool { return settled(conn) })
 	old, err := c.Leader(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -69,8 +70,8 @@ func TestSettledConnFollowsNewLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	var now int
-	conformance.Poll(t, 30*time.Second, "a new leader", func() bool { now, err = c.Leader(ctx); return err == nil && now != old })
+	testutil.Poll(t, 30*time.Second, "a new leader", func() bool { now, err = c.Leader(ctx); return err == nil && now != old })
 	elected := time.Now()
-	conformance.Poll(t, 3*time.Second, "the Conn follows the new leader", func() bool { return conn.Stats().Leader == c.Endpoints()[now] })
+	testutil.Poll(t, 3*time.Second, "the Conn follows the new leader", func() bool { return conn.Stats().Leader == c.Endpoints()[now] })
 	t.Logf("the Conn followed the new leader %v after the servers said it leads (stable probe interval 10 s)", time.Since(elected).Round(time.Millisecond))
 }

@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oproute/oproute/internal/testutil"
+
 	"github.com/go-zookeeper/zk"
 	"go.uber.org/goleak"
 
 	ozk "github.com/oproute/oproute/backends/zk"
-	"github.com/oproute/oproute/conformance"
 	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/testbed"
 )
@@ -92,7 +93,7 @@ func TestLaggingFollowerLeavesThePool(t *testing.T) {
 		}
 	}
 	wrote := time.Since(cut)
-	conformance.Poll(t, 2*time.Second, "the lagging follower leaves the pool", func() bool {
+	testutil.Poll(t, 2*time.Second, "the lagging follower leaves the pool", func() bool {
 		return conn.Stats().Members[lagging].OutReason != ""
 	})
 	m := conn.Stats().Members[lagging]
@@ -324,7 +325,7 @@ func TestSetServers(t *testing.T) {
 	if err := conn.SetServers(eps); err != nil {
 		t.Fatal(err)
 	}
-	conformance.Poll(t, 5*time.Second, "the added server in the read pool", func() bool {
+	testutil.Poll(t, 5*time.Second, "the added server in the read pool", func() bool {
 		for _, m := range conn.Stats().Members {
 			if m.Member.ID == eps[added] {
 				return m.Reachable && m.ProbeOK && !m.Ejected
@@ -355,7 +356,7 @@ func TestSetServers(t *testing.T) {
 	if err := conn.SetServers(rest); err != nil {
 		t.Fatal(err)
 	}
-	conformance.Poll(t, 5*time.Second, "the primary session off the removed leader", func() bool {
+	testutil.Poll(t, 5*time.Second, "the primary session off the removed leader", func() bool {
 		return conn.Server() != eps[leader] && conn.State() == zk.StateHasSession
 	})
 	updates0, reads0 := requests(t, c)
@@ -414,7 +415,7 @@ func TestEnsembleTracking(t *testing.T) {
 			t.Fatal(err)
 		}
 		ep := c.Endpoints()[added]
-		conformance.Poll(t, 10*time.Second, "the added server probed", func() bool {
+		testutil.Poll(t, 10*time.Second, "the added server probed", func() bool {
 			for _, m := range conn.Stats().Members {
 				if m.Member.ID == ep && !m.Retired {
 					return m.ProbeOK
@@ -437,7 +438,7 @@ func TestEnsembleTracking(t *testing.T) {
 			t.Fatal(err)
 		}
 		gone := c.Endpoints()[follower]
-		conformance.Poll(t, 10*time.Second, "the removed server dropped", func() bool {
+		testutil.Poll(t, 10*time.Second, "the removed server dropped", func() bool {
 			for _, m := range conn.Stats().Members {
 				if m.Member.ID == gone && !m.Retired {
 					return false
@@ -463,7 +464,7 @@ func TestEnsembleTracking(t *testing.T) {
 		if !errors.Is(err, ozk.ErrNoClientAddress) {
 			t.Errorf("SyncServers: %v, want ErrNoClientAddress", err)
 		}
-		conformance.Poll(t, 5*time.Second, "the tracker's warning", func() bool { return events.count(ozk.EventServersNotFollowed) > 0 })
+		testutil.Poll(t, 5*time.Second, "the tracker's warning", func() bool { return events.count(ozk.EventServersNotFollowed) > 0 })
 		if n := len(conn.Stats().Members); n != 3 {
 			t.Errorf("%d members, want the 3 given", n)
 		}

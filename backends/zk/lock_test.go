@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oproute/oproute/internal/testutil"
+
 	"github.com/go-zookeeper/zk"
 
 	ozk "github.com/oproute/oproute/backends/zk"
-	"github.com/oproute/oproute/conformance"
 	"github.com/oproute/oproute/testbed"
 )
 
@@ -87,18 +88,18 @@ func TestLockUnderFaults(t *testing.T) {
 			}
 		})
 	}
-	conformance.Poll(t, time.Minute, "lock rounds under way", func() bool { return held.Load() >= 20 })
+	testutil.Poll(t, time.Minute, "lock rounds under way", func() bool { return held.Load() >= 20 })
 	if err := c.MoveLeader(ctx, (leader+1)%c.Size()); err != nil {
 		t.Fatal(err)
 	}
 	at := held.Load()
-	conformance.Poll(t, time.Minute, "lock rounds after the leader change", func() bool { return held.Load() >= at+20 })
+	testutil.Poll(t, time.Minute, "lock rounds after the leader change", func() bool { return held.Load() >= at+20 })
 	frozen := (leader + 2) % c.Size() // a follower now
 	if err := c.Pause(frozen); err != nil {
 		t.Fatal(err)
 	}
 	at = held.Load()
-	conformance.Poll(t, time.Minute, "lock rounds with a frozen follower", func() bool { return held.Load() >= at+20 })
+	testutil.Poll(t, time.Minute, "lock rounds with a frozen follower", func() bool { return held.Load() >= at+20 })
 	if err := c.Resume(frozen); err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func TestLockContextGivesUpCleanly(t *testing.T) {
 	res := make(chan error, 1)
 	go func() { res <- lb.LockContext(ctx) }()
 	var waiter string
-	conformance.Poll(t, 10*time.Second, "the waiter's node", func() bool {
+	testutil.Poll(t, 10*time.Second, "the waiter's node", func() bool {
 		children, _, _ := a.ChildrenContext(ctx, "/locks/x")
 		for _, ch := range children {
 			if "/locks/x/"+ch != la.Path() {

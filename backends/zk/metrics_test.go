@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oproute/oproute/internal/testutil"
+
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 
 	ozk "github.com/oproute/oproute/backends/zk"
 	"github.com/oproute/oproute/conformance"
@@ -72,7 +74,7 @@ func TestMetricsAndEventsOnAnEnsemble(t *testing.T) {
 	if err := reg.Register(conn.Collector()); err != nil {
 		t.Fatal(err)
 	}
-	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+	if problems, err := promtestutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
 		t.Fatalf("lint: %v %v", problems, err)
 	}
 	if _, err := conn.CreateContext(ctx, "/m", []byte("x"), 0, acl); err != nil {
@@ -102,10 +104,10 @@ func TestMetricsAndEventsOnAnEnsemble(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Resume(frozen)
-	conformance.Poll(t, 10*time.Second, "the frozen server down in the metrics", func() bool {
+	testutil.Poll(t, 10*time.Second, "the frozen server down in the metrics", func() bool {
 		return conformance.Metric(t, reg, "oproute_member_up", "member", eps[frozen]) == 0
 	})
-	conformance.Poll(t, 10*time.Second, "its session moved", func() bool {
+	testutil.Poll(t, 10*time.Second, "its session moved", func() bool {
 		return rec.count(ozk.EventSessionMoved, "from="+eps[frozen]) > 0
 	})
 	if k := rec.count(router.EventUnreachable, "member="+eps[frozen]); k != 1 {
@@ -117,7 +119,7 @@ func TestMetricsAndEventsOnAnEnsemble(t *testing.T) {
 	if err := c.Resume(frozen); err != nil {
 		t.Fatal(err)
 	}
-	conformance.Poll(t, 10*time.Second, "the server back", func() bool {
+	testutil.Poll(t, 10*time.Second, "the server back", func() bool {
 		return rec.count(router.EventReachable, "member="+eps[frozen]) == 1
 	})
 }

@@ -7,18 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/testbed"
 )
-
-type nopLogger struct{}
-
-func (nopLogger) Printf(string, ...any) {}
 
 // A move waiting for a request in flight to drain must end with Close, at
 // once: it used to outlive Close and wait out its 2 s drain.
 func TestCloseEndsMovesAtOnce(t *testing.T) {
 	c := testbed.StartZKT(t, testbed.ZKOptions{})
-	conn, _, err := Connect(c.Endpoints(), 6*time.Second, WithLogger(nopLogger{}))
+	conn, _, err := Connect(c.Endpoints(), 6*time.Second, WithLogger(testutil.Discard{}))
 	if err != nil {
 		t.Fatal(err)
 	}

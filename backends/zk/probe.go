@@ -185,3 +185,12 @@ func probeResult(st zk4lw.Srvr) router.ProbeResult {
 		return router.ProbeResult{NotServing: true}
 	}
 }
+
+func (c *Conn) releaseProbes() {
+	srv := c.servers()
+	for i, a := range srv.addrs {
+		if !srv.retired[i] {
+			releaseProbe(c.probeKey(a))
+		}
+	}
+}

@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oproute/oproute/internal/testutil"
+
 	ozk "github.com/oproute/oproute/backends/zk"
-	"github.com/oproute/oproute/conformance"
 	"github.com/oproute/oproute/testbed"
 )
 
@@ -58,7 +59,7 @@ func TestConnsPerHost(t *testing.T) {
 		return n
 	}
 	a0, start := accepted(), time.Now()
-	conformance.Poll(t, 10*time.Second, "two seconds of probes", func() bool { return time.Since(start) >= 2*time.Second })
+	testutil.Poll(t, 10*time.Second, "two seconds of probes", func() bool { return time.Since(start) >= 2*time.Second })
 	a1, took := accepted(), time.Since(start)
 	for i := range eps {
 		perSecond := float64(a1[i]-a0[i]) / took.Seconds()

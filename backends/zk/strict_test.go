@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oproute/oproute/internal/testutil"
+
 	"github.com/anishathalye/porcupine"
 	"github.com/go-zookeeper/zk"
 
@@ -180,14 +182,14 @@ func TestDeposedLeaderReads(t *testing.T) {
 		defer ackMu.Unlock()
 		return len(acked)
 	}
-	conformance.Poll(t, 20*time.Second, "reads and writes under way", func() bool { return ackedCount() > 50 })
+	testutil.Poll(t, 20*time.Second, "reads and writes under way", func() bool { return ackedCount() > 50 })
 
 	if err := c.Pause(old); err != nil {
 		t.Fatal(err)
 	}
 	frozen := time.Now()
 	newLeader := -1
-	conformance.Poll(t, 60*time.Second, "a new leader", func() bool {
+	testutil.Poll(t, 60*time.Second, "a new leader", func() bool {
 		for i := range eps {
 			if st, err := c.Srvr(ctx, i); i != old && err == nil && st.Mode == "leader" {
 				newLeader = i
@@ -197,7 +199,7 @@ func TestDeposedLeaderReads(t *testing.T) {
 		return false
 	})
 	at := ackedCount()
-	conformance.Poll(t, 30*time.Second, "writes through the new leader", func() bool { return ackedCount() > at+50 })
+	testutil.Poll(t, 30*time.Second, "writes through the new leader", func() bool { return ackedCount() > at+50 })
 	if err := c.Resume(old); err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +209,7 @@ func TestDeposedLeaderReads(t *testing.T) {
 	// Watch the old leader until it has stepped down and rejoined.
 	var believed time.Duration
 	sawOlderTerm := false
-	conformance.Poll(t, 60*time.Second, "the old leader steps down and follows", func() bool {
+	testutil.Poll(t, 60*time.Second, "the old leader steps down and follows", func() bool {
 		if def.Stats().Members[old].OutReason == "older_term" {
 			sawOlderTerm = true
 		}
@@ -219,7 +221,7 @@ func TestDeposedLeaderReads(t *testing.T) {
 	})
 	rejoined := time.Now()
 	for _, m := range modes { // some reads through it after it rejoined
-		conformance.Poll(t, 30*time.Second, m.name+" reads through the rejoined server", func() bool {
+		testutil.Poll(t, 30*time.Second, m.name+" reads through the rejoined server", func() bool {
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			return slices.ContainsFunc(m.gets, func(r servedRead) bool { return r.server == old && r.began.After(rejoined.Add(200*time.Millisecond)) })

@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oproute/oproute/internal/testutil"
+
 	"github.com/go-zookeeper/zk"
 
 	ozk "github.com/oproute/oproute/backends/zk"
-	"github.com/oproute/oproute/conformance"
 	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/testbed"
 )
@@ -156,7 +157,7 @@ func TestSessionExpiryReported(t *testing.T) {
 	admin := direct(t, c, 0)
 	c.BlackholeClients(true)
 	// The servers expire the session after its timeout without pings.
-	conformance.Poll(t, 3*sessionTimeout, "the server expires the session", func() bool {
+	testutil.Poll(t, 3*sessionTimeout, "the server expires the session", func() bool {
 		ok, _, err := admin.Exists("/mine")
 		return err == nil && !ok
 	})
@@ -404,8 +405,8 @@ func TestIdleEnsembleAfterElectionKeepsFollowers(t *testing.T) {
 	if err := c.MoveLeader(ctx, 1); err != nil { // an election, no write since
 		t.Fatal(err)
 	}
-	conformance.Poll(t, 10*time.Second, "router learns the new leader", func() bool { return conn.Stats().Leader == c.Endpoints()[1] })
-	conformance.Poll(t, 10*time.Second, "every server reachable", func() bool {
+	testutil.Poll(t, 10*time.Second, "router learns the new leader", func() bool { return conn.Stats().Leader == c.Endpoints()[1] })
+	testutil.Poll(t, 10*time.Second, "every server reachable", func() bool {
 		for _, m := range conn.Stats().Members {
 			if !m.Reachable {
 				return false

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -45,9 +44,6 @@ func ServedFromGRPC(n map[string]uint64) Served {
 		Txns:   n["etcdserverpb.KV/Txn"],
 	}
 }
-
-// Zones returns each member's zone.
-func (c *EtcdCluster) Zones() []string { return slices.Clone(c.topo.Zones) }
 
 // GRPCStarted is GRPCCounts for RPCs started (grpc_server_started_total),
 // which counts streams still open: where a Watch or LeaseKeepAlive went.
@@ -105,3 +101,8 @@ func fetchGRPC(ctx context.Context, hc *http.Client, clientURL, family string) (
 	}
 	return counts, nil
 }
+
+// ClientConnections returns how many connections clients have opened to
+// the member (through its client proxy) since its process started, 0 when
+// it is not running.
+func (m *EtcdMember) ClientConnections() uint64 { return m.clientConnections() }

@@ -1,0 +1,4 @@
+package etcd
+
+// What the external tests (package etcd_test) need of the unexported.
+var TxnIsReadOnly = txnIsReadOnly

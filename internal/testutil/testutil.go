@@ -1,0 +1,74 @@
+// Package testutil holds the helpers the project's tests share: polling
+// with a deadline (never a sleep standing in for synchronisation), a
+// logger that discards, the process's CPU time. It imports nothing of the
+// project's.
+package testutil
+
+import (
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Poll calls cond until it holds, failing t if within passes first, and
+// returns how long it took. It polls at once, then every 1 ms doubling to
+// 25 ms: a quick condition costs little, a slow one does not spin.
+func Poll(t testing.TB, within time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	return PollWhy(t, within, what, func() (bool, string) { return cond(), "" })
+}
+
+// PollWhy is Poll for a condition that says why it does not hold yet: the
+// last reason is in the failure.
+func PollWhy(t testing.TB, within time.Duration, what string, cond func() (ok bool, why string)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	step := time.Millisecond
+	for {
+		ok, why := cond()
+		if ok {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			if why != "" {
+				t.Fatalf("%s: not within %v (last: %s)", what, within, why)
+			}
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(step)
+		step = min(2*step, 25*time.Millisecond)
+	}
+}
+
+// Discard is a logger (go-zookeeper's zk.Logger) that prints nothing.
+type Discard struct{}
+
+// Printf discards its arguments.
+func (Discard) Printf(string, ...any) {}
+
+// ProcessCPU is the CPU time (user and system) this process has used, 0 if
+// the system does not say.
+func ProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// MedianTime runs op n times and returns the median of their durations,
+// failing t on op's first error.
+func MedianTime(t testing.TB, n int, op func() error) time.Duration {
+	t.Helper()
+	ds := make([]time.Duration, n)
+	for i := range ds {
+		start := time.Now()
+		if err := op(); err != nil {
+			t.Fatal(err)
+		}
+		ds[i] = time.Since(start)
+	}
+	slices.Sort(ds)
+	return ds[n/2]
+}

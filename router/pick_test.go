@@ -1,0 +1,99 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestStaleReadsPreferClientZone(t *testing.T) {
+	ms := members(3)
+	ms[2].Zone = "b"
+	tr := newTestRouter(t, Config{Members: ms, ClientZone: "a"})
+	if c := tr.run(t, 100, StaleRead, flat(time.Millisecond)); c["m2"] != 0 || c["m0"] != 50 {
+		t.Fatalf("stale reads = %v, want zone a only", c)
+	}
+	if c := tr.run(t, 99, LinearizableRead, flat(time.Millisecond)); c["m2"] != 33 {
+		t.Fatalf("linearizable reads = %v, want all zones", c)
+	}
+	// An ejected member in another zone gets its probe share of
+	// linearizable reads, never of stale ones, which stay in the zone.
+	tr.run(t, 300, LinearizableRead, slowMember("m2", 20*time.Millisecond, time.Millisecond))
+	tr.probeRound()
+	if !tr.Stats().Members[2].Ejected {
+		t.Fatal("m2 not ejected")
+	}
+	if c := tr.run(t, 5000, StaleRead, flat(time.Millisecond)); c["m2"] != 0 {
+		t.Fatalf("stale reads = %v with m2 ejected, want zone a only", c)
+	}
+}
+
+func TestOverrides(t *testing.T) {
+	tr := newTestRouter(t, Config{Policy: RoundRobin})
+	for range 5 {
+		p, err := tr.Pick(WithMember(context.Background(), "m2"), Write)
+		if err != nil || p.Member.ID != "m2" {
+			t.Fatalf("WithMember: %v %v", p.Member.ID, err)
+		}
+		p.Done(OK)
+		p, _ = tr.Pick(WithLeader(context.Background()), LinearizableRead)
+		if p.Member.ID != "m0" {
+			t.Fatalf("WithLeader went to %s", p.Member.ID)
+		}
+		p.Done(OK)
+	}
+	if _, err := tr.Pick(WithMember(context.Background(), "m9"), Write); !errors.Is(err, ErrUnknownMember) {
+		t.Fatalf("unknown member: err = %v", err)
+	}
+}
+
+func TestConcurrentPickAndProbe(t *testing.T) {
+	r, err := New(Config{Members: members(3), Prober: &fakeCluster{leader: "m1", term: 1}, ProbeInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for i := range 2000 {
+				p, err := r.Pick(context.Background(), Op(i%numOps))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				p.Done(OK)
+			}
+		})
+	}
+	wg.Wait()
+	var total uint64
+	for _, m := range r.Stats().Members {
+		for _, n := range m.Ops {
+			total += n
+		}
+	}
+	if total != 8000 {
+		t.Fatalf("counted %d ops, want 8000", total)
+	}
+}
+
+func TestUniform(t *testing.T) {
+	r := &Router{}
+	r.rnd.Store(7)
+	r.seeded = true
+	sum := 0.0
+	for range 100000 {
+		u := r.uniform()
+		if u < 0 || u >= 1 {
+			t.Fatalf("uniform() = %v", u)
+		}
+		sum += u
+	}
+	if mean := sum / 100000; math.Abs(mean-0.5) > 0.01 {
+		t.Fatalf("mean %v, want 0.5", mean)
+	}
+}

@@ -1,0 +1,176 @@
+package router
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+func (r *Router) loop(ctx context.Context) {
+	defer close(r.done)
+	t := time.NewTicker(r.cfg.ProbeInterval)
+	defer t.Stop()
+	forced := true
+	for {
+		r.round(ctx, forced)
+		if r.cfg.OnRefresh != nil && ctx.Err() == nil {
+			r.cfg.OnRefresh()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			forced = false
+		case <-r.refreshc:
+			forced = true
+		}
+	}
+}
+
+type probeOutcome struct {
+	res       ProbeResult
+	rtt       time.Duration
+	err       error
+	busyEpoch uint64 // the member's busyEpoch when the probe started
+}
+
+// refresh probes every member concurrently, then rebuilds the snapshot:
+// reachable members, leader, read pool.
+func (r *Router) refresh(ctx context.Context) {
+	var outcomes []probeOutcome
+	gen := r.forgets.Load()
+	if r.cfg.Prober != nil {
+		ro := r.roster()
+		outcomes = make([]probeOutcome, len(ro.members))
+		var wg sync.WaitGroup
+		for i, m := range ro.members {
+			if ro.retired[i] {
+				outcomes[i].err = errRetired
+				continue
+			}
+			wg.Go(func() {
+				pctx, cancel := context.WithTimeout(ctx, r.cfg.ProbeTimeout)
+				defer cancel()
+				epoch := r.roster().health[i].busyEpoch.Load()
+				start := r.cfg.Clock.Now()
+				res, err := r.cfg.Prober.Probe(pctx, m)
+				rtt := r.cfg.Clock.Now().Sub(start)
+				if res.RTT > 0 {
+					rtt = res.RTT
+				}
+				outcomes[i] = probeOutcome{res: res, rtt: rtt, err: err, busyEpoch: epoch}
+			})
+		}
+		wg.Wait()
+		if ctx.Err() != nil {
+			return
+		}
+	}
+	r.apply(outcomes, gen, outcomes != nil)
+	if r.hedge != nil {
+		r.hedge.update()
+	}
+}
+
+// apply folds one round into a new snapshot: a probe round's outcomes
+// (probed), or none (no prober, or a round that judges reads on the last
+// probes' word). gen is r.forgets when the round started: a leader-pinned
+// write that failed since then outranks this round's word for the same
+// leader.
+func (r *Router) apply(outcomes []probeOutcome, gen uint64, probed bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev := r.snap.Load()
+	now := r.cfg.Clock.Now()
+
+	for i, o := range outcomes {
+		if r.roster().retired[i] {
+			continue
+		}
+		h := r.roster().health[i]
+		if h.busy.Load() > 0 || h.busyEpoch.Load() != o.busyEpoch {
+			continue // it overlapped maintenance: no evidence either way
+		}
+		if o.err != nil {
+			h.probeFailures++
+			h.totalProbeFailures++
+			h.slowReadRounds, h.slowProbeRounds = 0, 0 // the run needs rounds in a row it answered
+			continue
+		}
+		h.probeFailures = 0
+		h.lastProbe, h.probed, h.reached = o.res, true, true
+		if gen >= h.forgottenAt {
+			h.forgotten = false
+		}
+		h.probe.Add(o.rtt)
+	}
+	for i := range r.roster().health {
+		h := r.roster().health[i]
+		fails := h.readFails.Load() // first: a failure counted after it is counted in readsEnded too
+		h.window.push(now, h.readsEnded(), fails, r.cfg.FailureWindow)
+	}
+
+	ro := r.roster()
+	var reachable []int
+	for i := range ro.members {
+		h := ro.health[i]
+		if ro.retired[i] || (h.added && !h.probed) || h.probeFailures >= r.cfg.UnreachableAfter || (h.probed && h.lastProbe.NotServing) {
+			continue
+		}
+		reachable = append(reachable, i)
+	}
+	if len(reachable) == 0 {
+		// Nothing answers: keep every member in rotation and let the
+		// transport report the failure, rather than having nowhere to go.
+		for i := range ro.members {
+			if !ro.retired[i] {
+				reachable = append(reachable, i)
+			}
+		}
+	}
+
+	leader, leaderUnsure := prev.leader, false
+	if outcomes != nil {
+		leader = r.electedLeader(reachable)
+		if leader >= 0 && gen != r.forgets.Load() && leader == r.lastLeader {
+			// A write pinned to this leader failed while we probed: do not
+			// trust this round's word for it; probe again.
+			leader, leaderUnsure = -1, true
+			r.Unsettle()
+		}
+	} else if !slices.Contains(reachable, leader) {
+		leader = -1
+	}
+	if leader >= 0 && r.lastLeader >= 0 && leader != r.lastLeader {
+		r.leaderChanges.Add(1)
+	}
+	if leader >= 0 {
+		r.lastLeader = leader
+	}
+
+	sticky := prev.sticky
+	if !slices.Contains(reachable, sticky) {
+		// As ZooKeeper's client does on connection loss: the next server.
+		for k := 1; k <= len(r.roster().members); k++ {
+			if c := (sticky + k) % len(r.roster().members); slices.Contains(reachable, c) {
+				sticky = c
+				break
+			}
+		}
+	}
+	unfit := r.benchedLocked(reachable, leader)
+	// The cap's room goes to the benched first (buildSnapshot keeps the
+	// rest in the pool): a benched member beyond it is judged, and
+	// readmitted, like any member in the pool.
+	benched := unfit[:min(len(unfit), (len(reachable)-1)/2)]
+	ejected := r.ejectionsLocked(reachable, benched, now, probed)
+	next := r.buildSnapshot(leader, reachable, ejected, unfit, sticky)
+	r.eventsLocked(prev, next, leaderUnsure)
+	r.snap.Store(next)
+	r.trackStallsLocked()
+	r.settleLocked(prev, next, probed, now)
+	if probed {
+		r.rounds.Add(1)
+	}
+}

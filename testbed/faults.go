@@ -1,0 +1,170 @@
+package testbed
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// cluster is embedded in EtcdCluster and ZKCluster: the emulated network,
+// which every member's proxies shape by, and the fault knobs.
+// Faults is what a test can do to the members of either cluster type; the
+// conformance suite and routebench take it rather than listing the knobs.
+type Faults interface {
+	Degrade(i int, delay, jitter time.Duration)
+	DegradePeers(i int, delay, jitter time.Duration)
+	Partition(i int, on bool)
+	ResetClients(i int, on bool)
+	Blackhole(i int, on bool)
+	Pause(i int) error
+	Resume(i int) error
+	Kill(i int) error
+	Restart(ctx context.Context, i int) error
+	MoveLeader(ctx context.Context, to int) error
+	// Zones returns each member's zone, in member order.
+	Zones() []string
+}
+
+type cluster struct {
+	netMu sync.Mutex // serialises changes of net and their broadcast
+	net   *netState
+	nodes []*server // the members' processes, in member order
+}
+
+// setNet changes the network state and sends it to every member's proxies,
+// returning once each has applied it. A member frozen by Pause is not
+// waited for: it applies the change when it thaws.
+func (c *cluster) setNet(change func(*netState)) {
+	c.netMu.Lock()
+	defer c.netMu.Unlock()
+	next := c.net.clone()
+	change(next)
+	c.net = next
+	for _, s := range c.nodes {
+		s.ask(control{Net: next}, 5*time.Second)
+	}
+}
+
+// grow adds member i's process (not yet started) to the cluster, in zone,
+// with its peer links known by id (the key peerLink looks senders up by),
+// and tells the running members' proxies.
+func (c *cluster) grow(node *server, i int, zone, id string) {
+	c.netMu.Lock()
+	c.nodes = append(c.nodes, node)
+	c.netMu.Unlock()
+	c.setNet(func(n *netState) {
+		n.Topo.Zones = append(n.Topo.Zones, zone)
+		n.Extra = append(n.Extra, linkExtra{})
+		n.IDs[id] = i
+	})
+}
+
+// withNet calls start with a copy of the network state and holds changes
+// back until it returns, so that a proxy host it starts and records (with
+// controlledBy) sees every later change.
+func (c *cluster) withNet(start func(*netState) error) error {
+	c.netMu.Lock()
+	defer c.netMu.Unlock()
+	return start(c.net.clone())
+}
+
+// Degrade adds delay and jitter to every link of member i, both ways:
+// client and peer links, as netem on the member's host would. Zero removes
+// it.
+func (c *cluster) Degrade(i int, delay, jitter time.Duration) {
+	c.setNet(func(n *netState) { n.Extra[i].Delay, n.Extra[i].Jitter = delay, jitter })
+}
+
+// DegradePeers adds delay and jitter to member i's peer links only, both
+// ways, as a congested or distant link between the servers would, while
+// clients reach member i as fast as before. Zero removes it.
+func (c *cluster) DegradePeers(i int, delay, jitter time.Duration) {
+	c.setNet(func(n *netState) { n.Extra[i].PeerDelay, n.Extra[i].PeerJitter = delay, jitter })
+}
+
+// Blackhole drops every byte on member i's links while on.
+func (c *cluster) Blackhole(i int, on bool) {
+	c.setNet(func(n *netState) { n.Extra[i].Blackhole = on })
+}
+
+// BlackholeClients drops every byte on every client link while on (peer
+// links keep working): the client is cut off from the whole cluster.
+func (c *cluster) BlackholeClients(on bool) {
+	c.setNet(func(n *netState) { n.ClientsCut = on })
+}
+
+// Partition cuts member i off from its peers while on, as a network
+// partition between the servers that the client's network escapes: every
+// peer link into and out of member i stalls (connections stay open; bytes
+// are held, with TCP backpressure, and delivered when the partition heals,
+// as TCP retransmission delivers them), while its client link stays up and
+// shaped as before. A partitioned etcd follower loses its leader and serves
+// only serializable reads; a partitioned ZooKeeper follower hangs its syncs
+// and stops serving after syncLimit ticks. Peer links are told apart by
+// their sender, which etcd names in the raft requests (streams, pipeline,
+// snapshots); the few peer requests that name no sender (a follower
+// forwarding lease renewals to the leader, the leader's /version polls)
+// stall into member i but pass from member i to a healthy one.
+func (c *cluster) Partition(i int, on bool) {
+	c.setNet(func(n *netState) { n.Extra[i].Partitioned = on })
+}
+
+// ResetClients makes member i's client link fail fast while on, as a host
+// whose firewall rejects the client port: client connections through its
+// client proxy are reset (TCP RST) at once, idle ones included, and new
+// ones are accepted and reset straight away, while its peer links keep
+// working. The direct endpoints are spared.
+func (c *cluster) ResetClients(i int, on bool) {
+	c.setNet(func(n *netState) { n.Extra[i].ResetClients = on })
+}
+
+// ResetClientsAfterReply makes member i's client link reset each new
+// connection right after the member's first answer reaches the client (for
+// ZooKeeper, the handshake's), while on: a reset that lands between a
+// reconnect's handshake and the client's next request.
+func (c *cluster) ResetClientsAfterReply(i int, on bool) {
+	c.setNet(func(n *netState) { n.Extra[i].ResetClientsAfterReply = on })
+}
+
+// Pause freezes member i's server process (SIGSTOP): its TCP connections
+// stay open and its kernel still accepts new ones; nothing answers. An etcd
+// member's proxies run in its process and freeze with it; a ZooKeeper
+// server's run apart and keep accepting.
+func (c *cluster) Pause(i int) error { return c.nodes[i].pause() }
+
+// Resume continues a paused member (SIGCONT).
+func (c *cluster) Resume(i int) error { return c.nodes[i].resume() }
+
+// Kill crashes member i's server process (SIGKILL: no leadership
+// hand-over) and waits for it to end.
+func (c *cluster) Kill(i int) error { return c.nodes[i].kill() }
+
+// moveLeader hands leadership on until member to holds it, for both
+// backends: handOver moves it away from the current leader (etcd asks the
+// leader to transfer it; ZooKeeper, which cannot, restarts the leader). A
+// hand-over that leaves the leader in place (a refused transfer) is retried
+// while ctx lasts; one that elects another member than to counts, and
+// after 2×size of those moveLeader gives up (ZooKeeper elects by zxid, then
+// by myid, so a server may never win).
+func moveLeader(ctx context.Context, size, to int, target string, waitLeader func(context.Context) (int, error), handOver func(ctx context.Context, from int) error) error {
+	prev, missed := -1, 0
+	for {
+		cur, err := waitLeader(ctx)
+		if err != nil {
+			return err
+		}
+		if cur == to {
+			return nil
+		}
+		if prev >= 0 && cur != prev {
+			if missed++; missed >= 2*size {
+				return fmt.Errorf("testbed: %s did not win an election: %w", target, ErrNoLeader)
+			}
+		}
+		if err := handOver(ctx, cur); err != nil {
+			return err
+		}
+		prev = cur
+	}
+}

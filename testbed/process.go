@@ -1,0 +1,201 @@
+package testbed
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// errFrozen: a control question went to a process that Pause froze; it
+// answers when it thaws.
+var errFrozen = errors.New("testbed: process paused")
+
+// process is a child process: a server (an etcd member, a ZooKeeper JVM)
+// or a proxy host. One started by startChild also takes control lines.
+type process struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+
+	// The control side, nil for a process that takes no control lines.
+	stdin   io.WriteCloser
+	ready   chan struct{}
+	askMu   sync.Mutex    // orders lines written with the answers awaited
+	waiters []chan string // one per line written and not yet answered
+}
+
+func (p *process) running() bool {
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// pid returns the process ID, 0 when it is not running.
+func (p *process) pid() int {
+	if !p.running() {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// stop kills the process (SIGKILL works on a stopped one too), closes its
+// control input and waits for it to end.
+func (p *process) stop() {
+	p.cmd.Process.Kill()
+	if p.stdin != nil {
+		p.stdin.Close()
+	}
+	<-p.exited
+}
+
+// ask sends one control line and waits for its answer, at most timeout,
+// and not at all once frozen is closed (the process was paused: it answers
+// when it thaws). Answers come in the order of the lines, so each goes to
+// its own question even when an earlier asker stopped waiting.
+func (p *process) ask(msg control, timeout time.Duration, frozen <-chan struct{}) (string, error) {
+	line, _ := json.Marshal(msg)
+	reply := make(chan string, 1)
+	p.askMu.Lock()
+	p.waiters = append(p.waiters, reply)
+	_, err := p.stdin.Write(append(line, '\n'))
+	p.askMu.Unlock()
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrNotRunning, err)
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case r := <-reply:
+		return r, nil
+	case <-p.exited:
+		return "", ErrNotRunning
+	case <-frozen:
+		return "", errFrozen
+	case <-t.C:
+		return "", fmt.Errorf("testbed: no answer to %s within %v", line, timeout)
+	}
+}
+
+// answered hands an answer line to the oldest waiting question.
+func (p *process) answered(line string) {
+	p.askMu.Lock()
+	defer p.askMu.Unlock()
+	if len(p.waiters) == 0 {
+		return // nobody asked; drop
+	}
+	p.waiters[0] <- line // buffered for one: never blocks
+	p.waiters = p.waiters[1:]
+}
+
+// startChild starts cmd with stderr to logPath and its stdout read for the
+// ready line and control answers.
+func startChild(cmd *exec.Cmd, logPath string) (*process, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = logf
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	p := &process{cmd: cmd, stdin: stdin, ready: make(chan struct{}), exited: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == readyLine {
+				close(p.ready)
+				continue
+			}
+			p.answered(sc.Text())
+		}
+	}()
+	go func() {
+		cmd.Wait()
+		logf.Close()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// startPlain starts cmd with stdout and stderr to logPath.
+func startPlain(cmd *exec.Cmd, logPath string) (*process, error) {
+	out, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return nil, err
+	}
+	p := &process{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		cmd.Wait()
+		out.Close()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// signalProcess signals a server's process; pid 0 means it is not running.
+func signalProcess(name string, pid int, sig syscall.Signal) error {
+	if pid == 0 {
+		return fmt.Errorf("%w: %s", ErrNotRunning, name)
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return fmt.Errorf("testbed: signal %s: %w", name, err)
+	}
+	return nil
+}
+
+// awaitReady waits for a child's ready line.
+func awaitReady(ctx context.Context, p *process, name, logPath string) error {
+	select {
+	case <-p.ready:
+		return nil
+	case <-p.exited:
+		return startupFailure(name, logPath)
+	case <-ctx.Done():
+		return fmt.Errorf("testbed: %s not ready: %w", name, ctx.Err())
+	}
+}
+
+// startupFailure tells why a process exited during start-up from the tail
+// of its log; errPortTaken when it could not bind a port.
+func startupFailure(name, logPath string) error {
+	log, _ := os.ReadFile(logPath)
+	if len(log) > 3000 {
+		log = log[len(log)-3000:]
+	}
+	err := fmt.Errorf("testbed: %s exited during start-up: %s", name, log)
+	// etcd says "address already in use", Java "Address already in use".
+	if strings.Contains(strings.ToLower(string(log)), "address already in use") {
+		err = fmt.Errorf("%w: %w", errPortTaken, err)
+	}
+	return err
+}
