@@ -89,11 +89,9 @@ type Cluster interface {
 // Faults are the test bed's knobs.
 type Faults = testbed.Faults
 
-// Served is what one member served, by its own count.
-type Served struct {
-	Writes uint64 `json:"writes"`
-	Reads  uint64 `json:"reads"`
-}
+// Served is what one member served, by its own count: the test bed's
+// (etcd's transactions apart from its writes).
+type Served = testbed.Served
 
 // Client is a routed client doing the benchmark's operations.
 type Client interface {

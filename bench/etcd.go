@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/oproute/oproute/backends/etcd"
+	"github.com/oproute/oproute/backends/etcd/etcdtest"
 	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/testbed"
 )
@@ -134,7 +135,7 @@ func (c *etcdCluster) Served(ctx context.Context) ([]Served, error) {
 			}
 			s = testbed.ServedFromGRPC(n)
 		}
-		out[i] = Served{Writes: s.Writes + s.Txns, Reads: s.Reads}
+		out[i] = s
 	}
 	return out, nil
 }
@@ -193,11 +194,11 @@ func (c *etcdCluster) Connect(ctx context.Context, policy string, conns int) (Cl
 		}
 		opts = append(opts, etcd.WithZones(c.clientZone, zones))
 	}
-	cli, err := etcd.New(c.clientConfig(c.endpoints), opts...)
+	cli, err := etcdtest.Connect(c.clientConfig(c.endpoints), opts...)
 	if err != nil {
 		return nil, err
 	}
-	ec := &etcdClient{cli: cli}
+	ec := &etcdClient{Client: cli}
 	if err := ec.pin.start(ctx, policy, c, c.tb != nil); err != nil {
 		cli.Close()
 		return nil, err
@@ -205,8 +206,10 @@ func (c *etcdCluster) Connect(ctx context.Context, policy string, conns int) (Cl
 	return ec, nil
 }
 
+// etcdClient is the routed client (etcdtest's adapter), its writes pinned
+// where the policy says (Oracle, StaticLeader).
 type etcdClient struct {
-	cli *etcd.Client
+	*etcdtest.Client
 	pin writePin
 }
 
@@ -214,21 +217,8 @@ func (c *etcdClient) Write(ctx context.Context, key string, value []byte) error 
 	if m := c.pin.member(); m != "" {
 		ctx = etcd.WithMember(ctx, m)
 	}
-	_, err := c.cli.Put(ctx, key, string(value))
-	return err
+	return c.Client.Write(ctx, key, value)
 }
-
-func (c *etcdClient) Read(ctx context.Context, key, end string) error {
-	var err error
-	if end == "" {
-		_, err = c.cli.Get(ctx, key)
-	} else {
-		_, err = c.cli.Get(ctx, key, clientv3.WithRange(end))
-	}
-	return err
-}
-
-func (c *etcdClient) Stats() router.Stats { return c.cli.Stats() }
 
 // ErrorClass implements the fleet's errorClasser.
 func (c *etcdClient) ErrorClass(err error) string { return etcdErrorClass(err) }
@@ -257,7 +247,7 @@ func etcdErrorClass(err error) string {
 
 func (c *etcdClient) Close() error {
 	c.pin.close()
-	return c.cli.Close()
+	return c.Client.Close()
 }
 
 // clientConfig is the one configuration every client gets, routed or not.

@@ -234,7 +234,8 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 	if servedBefore != nil && servedAfter != nil {
 		for i := range servedAfter {
 			r.ServerReadsByMember = append(r.ServerReadsByMember, servedAfter[i].Reads-servedBefore[i].Reads)
-			r.ServerWritesByMember = append(r.ServerWritesByMember, servedAfter[i].Writes-servedBefore[i].Writes)
+			// The workload's transactions are writes.
+			r.ServerWritesByMember = append(r.ServerWritesByMember, servedAfter[i].Writes+servedAfter[i].Txns-servedBefore[i].Writes-servedBefore[i].Txns)
 		}
 	}
 	r.HedgedReads = int64(statsAfter.Hedges.Sent - statsBefore.Hedges.Sent)

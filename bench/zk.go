@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	ozk "github.com/oproute/oproute/backends/zk"
+	"github.com/oproute/oproute/backends/zk/zktest"
 	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/internal/zk4lw"
 	"github.com/oproute/oproute/router"
@@ -205,11 +205,11 @@ func (c *zkCluster) Connect(ctx context.Context, policy string, _ int) (Client, 
 			opts = append(opts, ozk.WithRouterConfig(func(rc *router.Config) { rc.StickyMember = m }))
 		}
 	}
-	conn, _, err := ozk.Connect(c.endpoints, SessionTimeout, opts...)
+	conn, err := zktest.Connect(c.endpoints, SessionTimeout, opts...)
 	if err != nil {
 		return nil, err
 	}
-	zc := &zkClient{conn: conn}
+	zc := &zkClient{Client: conn}
 	if err := zc.pin.start(ctx, policy, c, c.tb != nil); err != nil {
 		conn.Close()
 		return nil, err
@@ -217,62 +217,26 @@ func (c *zkCluster) Connect(ctx context.Context, policy string, _ int) (Client, 
 	return zc, nil
 }
 
+// zkClient is the routed Conn (zktest's adapter), its writes pinned where
+// the policy says (Oracle, StaticLeader).
 type zkClient struct {
-	conn *ozk.Conn
-	pin  writePin
+	*zktest.Client
+	pin writePin
 }
-
-var zkACL = zk.WorldACL(zk.PermAll)
-
-func znode(key string) string { return "/" + strings.ReplaceAll(key, "/", "_") }
 
 func (c *zkClient) Write(ctx context.Context, key string, value []byte) error {
 	if m := c.pin.member(); m != "" {
 		ctx = ozk.WithMember(ctx, m)
 	}
-	return putZnode(ctx, c.conn, key, value)
-}
-
-// znodeWriter is what putZnode needs of a client.
-type znodeWriter interface {
-	SetContext(ctx context.Context, path string, data []byte, version int32) (*zk.Stat, error)
-	CreateContext(ctx context.Context, path string, data []byte, flags int32, acl []zk.ACL) (string, error)
-}
-
-// putZnode stores value under key's znode, creating it on first use.
-func putZnode(ctx context.Context, w znodeWriter, key string, value []byte) error {
-	p := znode(key)
-	for {
-		_, err := w.SetContext(ctx, p, value, -1)
-		if !errors.Is(err, zk.ErrNoNode) {
-			return err
-		}
-		if _, err = w.CreateContext(ctx, p, value, 0, zkACL); !errors.Is(err, zk.ErrNodeExists) {
-			return err
-		}
-	}
+	return c.Client.Write(ctx, key, value)
 }
 
 // ErrNoRanges: ZooKeeper has no range reads.
-var ErrNoRanges = errors.New("bench: ZooKeeper has no range reads")
-
-func (c *zkClient) Read(ctx context.Context, key, end string) error {
-	if end != "" {
-		return ErrNoRanges
-	}
-	_, _, err := c.conn.GetContext(ctx, znode(key))
-	if err == zk.ErrNoNode {
-		return nil
-	}
-	return err
-}
-
-func (c *zkClient) Stats() router.Stats { return c.conn.Stats() }
+var ErrNoRanges = zktest.ErrNoRanges
 
 func (c *zkClient) Close() error {
 	c.pin.close()
-	c.conn.Close()
-	return nil
+	return c.Client.Close()
 }
 
 // ProbeRequests is the client connections the servers' proxies accepted so
@@ -366,7 +330,7 @@ func (c *stockZK) CreateContext(ctx context.Context, path string, data []byte, f
 }
 
 func (c *stockZK) Write(ctx context.Context, key string, value []byte) error {
-	return putZnode(ctx, c, key, value)
+	return zktest.Put(ctx, c, key, value)
 }
 
 // Read is the paper's linearizable read on ZooKeeper: sync, then the read,
@@ -375,7 +339,7 @@ func (c *stockZK) Read(ctx context.Context, key, end string) error {
 	if end != "" {
 		return ErrNoRanges
 	}
-	p := znode(key)
+	p := zktest.Znode(key)
 	_, err := call(ctx, func() ([]byte, error) {
 		if _, err := c.conn.Sync(p); err != nil {
 			return nil, err

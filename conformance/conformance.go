@@ -14,6 +14,9 @@ package conformance
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -109,34 +112,61 @@ type ClientCutter interface {
 
 // Run runs every property against h.
 func Run(t *testing.T, h Harness) {
-	t.Run("HybridWritesToLeaderReadsSpread", func(t *testing.T) { testHybridRouting(t, h) })
-	t.Run("TxnClassifiedByContent", func(t *testing.T) { testTxn(t, h) })
-	t.Run("RoundRobinIsStock", func(t *testing.T) { testRoundRobin(t, h) })
-	t.Run("LeaderMovedUnderLoad", func(t *testing.T) { testLeaderChange(t, h, false) })
-	t.Run("LeaderKilledUnderLoad", func(t *testing.T) { testLeaderChange(t, h, true) })
-	t.Run("DegradedMemberLeavesAndRejoins", func(t *testing.T) { testDegraded(t, h, router.Hybrid) })
-	t.Run("AllEquallySlowNobodyEjected", func(t *testing.T) { testAllSlow(t, h) })
-	t.Run("Distance/FarFollowerKeptAtLoad", func(t *testing.T) { testFarMemberKept(t, h, testbed.DefaultTopology(3), 60*time.Second) })
-	t.Run("Distance/ThreeZonesKeptAtLoad", func(t *testing.T) { testFarMemberKept(t, h, testbed.ThreeZoneTopology(), 30*time.Second) })
-	t.Run("Distance/DegradedFarFollowerLeaves", func(t *testing.T) { testDegradedFar(t, h) })
-	t.Run("Distance/DegradedBeforeClientStarts", func(t *testing.T) { testStartedDegraded(t, h) })
-	t.Run("LinearizableUnderLeaderChange", func(t *testing.T) { testLinearizable(t, h, router.Hybrid, leaderChangeFault) })
-	t.Run("LinearizableUnderDegradedMember", func(t *testing.T) { testLinearizable(t, h, router.Hybrid, degradedFault) })
+	property(t, "HybridWritesToLeaderReadsSpread", func(t *testing.T) { testHybridRouting(t, h) })
+	property(t, "TxnClassifiedByContent", func(t *testing.T) { testTxn(t, h) })
+	property(t, "RoundRobinIsStock", func(t *testing.T) { testRoundRobin(t, h) })
+	property(t, "LeaderMovedUnderLoad", func(t *testing.T) { testLeaderChange(t, h, false) })
+	property(t, "LeaderKilledUnderLoad", func(t *testing.T) { testLeaderChange(t, h, true) })
+	property(t, "DegradedMemberLeavesAndRejoins", func(t *testing.T) { testDegraded(t, h, router.Hybrid) })
+	property(t, "AllEquallySlowNobodyEjected", func(t *testing.T) { testAllSlow(t, h) })
+	property(t, "Distance/FarFollowerKeptAtLoad", func(t *testing.T) { testFarMemberKept(t, h, testbed.DefaultTopology(3), 60*time.Second) })
+	property(t, "Distance/ThreeZonesKeptAtLoad", func(t *testing.T) { testFarMemberKept(t, h, testbed.ThreeZoneTopology(), 30*time.Second) })
+	property(t, "Distance/DegradedFarFollowerLeaves", func(t *testing.T) { testDegradedFar(t, h) })
+	property(t, "Distance/DegradedBeforeClientStarts", func(t *testing.T) { testStartedDegraded(t, h) })
+	property(t, "LinearizableUnderLeaderChange", func(t *testing.T) { testLinearizable(t, h, router.Hybrid, leaderChangeFault) })
+	property(t, "LinearizableUnderDegradedMember", func(t *testing.T) { testLinearizable(t, h, router.Hybrid, degradedFault) })
 	// Beyond the paper: hybrid's variants keep its promises.
-	t.Run("Hedging/FirstAnswerNoDuplicateWrite", func(t *testing.T) { testLinearizable(t, h, HybridHedge, stallFault) })
-	t.Run("LoadAware/DegradedMemberLeavesAndRejoins", func(t *testing.T) { testDegraded(t, h, HybridP2C) })
-	t.Run("StickyKeepsOneMember", func(t *testing.T) { testSticky(t, h) })
-	t.Run("EphemeralSurvivesLeaderChange", func(t *testing.T) { testEphemeralSurvives(t, h) })
-	t.Run("WatchFiresAfterMemberLoss", func(t *testing.T) { testWatchAfterLoss(t, h) })
-	t.Run("SessionExpiryReported", func(t *testing.T) { testExpiry(t, h) })
+	property(t, "Hedging/FirstAnswerNoDuplicateWrite", func(t *testing.T) { testLinearizable(t, h, HybridHedge, stallFault) })
+	property(t, "LoadAware/DegradedMemberLeavesAndRejoins", func(t *testing.T) { testDegraded(t, h, HybridP2C) })
+	property(t, "StickyKeepsOneMember", func(t *testing.T) { testSticky(t, h) })
+	property(t, "EphemeralSurvivesLeaderChange", func(t *testing.T) { testEphemeralSurvives(t, h) })
+	property(t, "WatchFiresAfterMemberLoss", func(t *testing.T) { testWatchAfterLoss(t, h) })
+	property(t, "SessionExpiryReported", func(t *testing.T) { testExpiry(t, h) })
 	// The fault matrix: grey failures the router must route around.
-	t.Run("Faults/BeyondCallerDeadline", func(t *testing.T) { testBeyondDeadline(t, h) })
-	t.Run("Faults/FailingFast", func(t *testing.T) { testFailingFast(t, h) })
-	t.Run("Faults/PartitionedFromPeers", func(t *testing.T) { testPartitioned(t, h) })
-	t.Run("Faults/FrozenMemberHoldingStreams", func(t *testing.T) { testFrozenStreams(t, h) })
-	t.Run("Faults/FrozenLeaderHoldingSession", func(t *testing.T) { testFrozenLeaderSession(t, h) })
-	t.Run("Faults/MaintenanceIsNoSample", func(t *testing.T) { testMaintenance(t, h) })
-	t.Run("Faults/LowRateNoFlapping", func(t *testing.T) { testLowRateNoFlapping(t, h) })
-	t.Run("Membership/GrowAndShrink", func(t *testing.T) { testGrowAndShrink(t, h) })
-	t.Run("BadInput", func(t *testing.T) { testBadInput(t, h) })
+	property(t, "Faults/BeyondCallerDeadline", func(t *testing.T) { testBeyondDeadline(t, h) })
+	property(t, "Faults/FailingFast", func(t *testing.T) { testFailingFast(t, h) })
+	property(t, "Faults/PartitionedFromPeers", func(t *testing.T) { testPartitioned(t, h) })
+	property(t, "Faults/FrozenMemberHoldingStreams", func(t *testing.T) { testFrozenStreams(t, h) })
+	property(t, "Faults/FrozenLeaderHoldingSession", func(t *testing.T) { testFrozenLeaderSession(t, h) })
+	property(t, "Faults/MaintenanceIsNoSample", func(t *testing.T) { testMaintenance(t, h) })
+	property(t, "Faults/LowRateNoFlapping", func(t *testing.T) { testLowRateNoFlapping(t, h) })
+	property(t, "Membership/GrowAndShrink", func(t *testing.T) { testGrowAndShrink(t, h) })
+	property(t, "BadInput", func(t *testing.T) { testBadInput(t, h) })
+}
+
+// PropertyBudget bounds one property: one that runs longer fails with every
+// goroutine's stack instead of holding the test binary until its timeout.
+const PropertyBudget = 5 * time.Minute
+
+// property runs f as the subtest name, within PropertyBudget.
+func property(t *testing.T, name string, f func(t *testing.T)) {
+	t.Run(name, func(t *testing.T) {
+		done := make(chan struct{})
+		watchdog := time.AfterFunc(PropertyBudget, func() {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			buf := make([]byte, 4<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			fmt.Fprintf(os.Stderr, "conformance: %s still running after %v; every goroutine:\n%s\n", t.Name(), PropertyBudget, buf)
+			panic(fmt.Sprintf("conformance: %s exceeded its %v budget", t.Name(), PropertyBudget))
+		})
+		defer func() {
+			close(done)
+			watchdog.Stop()
+		}()
+		f(t)
+	})
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/oproute/oproute/internal/testutil"
 )
 
 type fakeClock struct {
@@ -100,13 +102,7 @@ func newTestRouter(t *testing.T, cfg Config) testRouter {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	deadline := time.Now().Add(5 * time.Second)
-	for r.rounds.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("first probe round did not finish")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Poll(t, 5*time.Second, "the first probe round", func() bool { return r.rounds.Load() > 0 })
 	return testRouter{r, clock, cluster}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/oproute/oproute/internal/testutil"
 )
 
 func TestLeaderUnknownFallsBackToRoundRobin(t *testing.T) {
@@ -36,13 +38,10 @@ func TestFailedLeaderWriteClearsLeaderAtOnce(t *testing.T) {
 		t.Fatal("write after the failure did not fall back")
 	}
 	// The failure asked for a re-probe; the background loop finds m1.
-	deadline := time.Now().Add(5 * time.Second)
-	for tr.Stats().Leader != "m1" {
-		if time.Now().After(deadline) {
-			t.Fatalf("leader = %q, want m1 after re-probe", tr.Stats().Leader)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.PollWhy(t, 5*time.Second, "m1 the leader after the re-probe", func() (bool, string) {
+		l := tr.Stats().Leader
+		return l == "m1", "leader " + l
+	})
 	if got := tr.Stats().LeaderChanges; got != 1 {
 		t.Fatalf("leader changes = %d, want 1", got)
 	}

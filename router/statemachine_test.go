@@ -12,6 +12,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/oproute/oproute/internal/override"
+	"github.com/oproute/oproute/internal/testutil"
 )
 
 // The router as a state machine: random sequences of picks and their ends
@@ -92,13 +93,7 @@ func newMachine(t *rapid.T) *machine {
 	m.r, m.hedging = r, r.hedge != nil
 	// Once the first round is in, the background loop stops: the steps
 	// drive every round, so that a sequence replays exactly.
-	deadline := time.Now().Add(5 * time.Second)
-	for r.rounds.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("first probe round did not finish")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Poll(t, 5*time.Second, "the first probe round", func() bool { return r.rounds.Load() > 0 })
 	r.cancel()
 	<-r.done
 	t.Cleanup(func() {

@@ -92,13 +92,9 @@ func newClient(t *testing.T, c *testbed.EtcdCluster, opts ...etcd.Option) *etcd.
 	// Ready: the leader is known and every member answered a probe, which
 	// needs a ready pooled connection to it.
 	ready := func() bool { return allProbed(cli) && cli.Stats().Leader != "" }
-	deadline := time.Now().Add(10 * time.Second)
-	for !ready() {
-		if time.Now().After(deadline) {
-			t.Fatalf("client not ready: %+v", cli.Stats())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.PollWhy(t, 10*time.Second, "client ready", func() (bool, string) {
+		return ready(), fmt.Sprintf("%+v", cli.Stats())
+	})
 	return cli
 }
 
@@ -116,7 +112,7 @@ func allProbed(cli *etcd.Client) bool {
 // TestWholeAPIThroughRouter exercises every clientv3 API group through the
 // routed client, on a flat topology.
 func TestWholeAPIThroughRouter(t *testing.T) {
-	c := startCluster(t, testbed.FlatTopology(3))
+	c := testbed.StartEtcdT(t, testbed.EtcdOptions{Topology: testbed.FlatTopology(3)})
 	cli := newClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -261,7 +257,7 @@ func TestTLSReachesProbes(t *testing.T) {
 // its own: the members see only the pool's connections, while their own
 // counts show the Status calls.
 func TestProbesReuseConnections(t *testing.T) {
-	c := startCluster(t, testbed.FlatTopology(3))
+	c := testbed.StartEtcdT(t, testbed.EtcdOptions{Topology: testbed.FlatTopology(3)})
 	ctx := context.Background()
 	before := make([]uint64, 3)
 	for i := range before {
@@ -301,7 +297,7 @@ func TestProbesReuseConnections(t *testing.T) {
 }
 
 func TestOverridesAndZonePreference(t *testing.T) {
-	c := startCluster(t, testbed.DefaultTopology(3))
+	c := testbed.StartEtcdT(t, testbed.EtcdOptions{Topology: testbed.DefaultTopology(3)})
 	eps := c.Endpoints()
 	zones := map[string]string{eps[0]: "a", eps[1]: "a", eps[2]: "b"}
 	cli := newClient(t, c, etcd.WithZones("a", zones))
@@ -339,7 +335,7 @@ func TestOverridesAndZonePreference(t *testing.T) {
 // routed client writes (on the leader), reads and probes; with a wrong one
 // New fails, as clientv3.New does.
 func TestCredentialsApplyEverywhere(t *testing.T) {
-	c := startCluster(t, testbed.FlatTopology(3))
+	c := testbed.StartEtcdT(t, testbed.EtcdOptions{Topology: testbed.FlatTopology(3)})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	admin := newClient(t, c)

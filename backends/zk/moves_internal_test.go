@@ -26,13 +26,7 @@ func TestCloseEndsMovesAtOnce(t *testing.T) {
 	defer s.gate.leave()
 	s.moving.Store(true)
 	conn.bg.Go(func() { s.moveDrained(conn.ctx, (int(s.cur.Load())+1)%len(conn.servers().members)) })
-	deadline := time.Now().Add(5 * time.Second)
-	for !gateShut(&s.gate) {
-		if time.Now().After(deadline) {
-			t.Fatal("the move did not start draining")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Poll(t, 5*time.Second, "the move draining", func() bool { return gateShut(&s.gate) })
 	start := time.Now()
 	conn.Close()
 	if took := time.Since(start); took > time.Second {

@@ -7,21 +7,27 @@ package testutil
 import (
 	"slices"
 	"syscall"
-	"testing"
 	"time"
 )
+
+// T is what the helpers need of a test: *testing.T, *testing.B, or a
+// property-based test's (rapid's *T).
+type T interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
 
 // Poll calls cond until it holds, failing t if within passes first, and
 // returns how long it took. It polls at once, then every 1 ms doubling to
 // 25 ms: a quick condition costs little, a slow one does not spin.
-func Poll(t testing.TB, within time.Duration, what string, cond func() bool) time.Duration {
+func Poll(t T, within time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	return PollWhy(t, within, what, func() (bool, string) { return cond(), "" })
 }
 
 // PollWhy is Poll for a condition that says why it does not hold yet: the
 // last reason is in the failure.
-func PollWhy(t testing.TB, within time.Duration, what string, cond func() (ok bool, why string)) time.Duration {
+func PollWhy(t T, within time.Duration, what string, cond func() (ok bool, why string)) time.Duration {
 	t.Helper()
 	start := time.Now()
 	step := time.Millisecond
@@ -59,13 +65,13 @@ func ProcessCPU() time.Duration {
 
 // MedianTime runs op n times and returns the median of their durations,
 // failing t on op's first error.
-func MedianTime(t testing.TB, n int, op func() error) time.Duration {
+func MedianTime(t T, n int, op func() error) time.Duration {
 	t.Helper()
 	ds := make([]time.Duration, n)
 	for i := range ds {
 		start := time.Now()
 		if err := op(); err != nil {
-			t.Fatal(err)
+			t.Fatalf("%v", err)
 		}
 		ds[i] = time.Since(start)
 	}
