@@ -171,7 +171,7 @@ func headerText(opts bench.Options, scenario string) string {
 	if strings.Contains(scenario, "zk-") || scenario == bench.ScenarioAll {
 		backend += " (zk-* scenarios: zk)"
 	}
-	fmt.Fprintf(&b, "routebench: backend %s, scenario %s, %d trial(s) per policy, interleaved\n", backend, scenario, opts.Trials)
+	fmt.Fprintf(&b, "routebench: backend %s, scenario %s, %d trial(s) per policy, interleaved (the defaults below; a scenario's own trials, pacing and connections, which its tables state, win over those you did not set)\n", backend, scenario, opts.Trials)
 	pacing := "closed-loop"
 	if w.Rate > 0 {
 		pacing = fmt.Sprintf("paced (%.0f ops/s in all)", w.Rate)
