@@ -184,7 +184,7 @@ func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, err
 		return res, err
 	}
 	killed := time.Now()
-	restarted := true
+	down := false // the old leader killed and not restarted yet
 	moved := make(chan error, 1)
 	if o.Move {
 		// To member 0, or 1 from 0: the member ZooKeeper elects after one
@@ -199,11 +199,11 @@ func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, err
 		if err := f.Kill(old); err != nil {
 			return res, err
 		}
-		restarted = false
+		down = true
 		moved <- nil
 	}
 	defer func() {
-		if !restarted {
+		if down {
 			f.Restart(context.WithoutCancel(ctx), old)
 		}
 	}()
@@ -251,10 +251,10 @@ func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, err
 		res.FirstWrite = append(res.FirstWrite, first)
 	}
 	slices.Sort(res.FirstWrite)
-	if restarted {
+	if !down {
 		return res, nil
 	}
-	restarted = true
+	down = false
 	return res, f.Restart(ctx, old)
 }
 
@@ -330,23 +330,16 @@ func DefaultFleetCases() []FleetCase {
 // default order; an unknown name is an error.
 func FleetCasesNamed(names []string) ([]FleetCase, error) {
 	all := DefaultFleetCases()
-	var out []FleetCase
+	var known []string
+	for _, c := range all {
+		known = append(known, c.Name)
+	}
 	for _, n := range names {
-		i := slices.IndexFunc(all, func(c FleetCase) bool { return c.Name == n })
-		if i < 0 {
-			var known []string
-			for _, c := range all {
-				known = append(known, c.Name)
-			}
+		if !slices.Contains(known, n) {
 			return nil, fmt.Errorf("bench: unknown fleet row %q (known: %s)", n, strings.Join(known, ", "))
 		}
-		out = append(out, all[i])
 	}
-	slices.SortStableFunc(out, func(a, b FleetCase) int {
-		return slices.IndexFunc(all, func(c FleetCase) bool { return c.Name == a.Name }) -
-			slices.IndexFunc(all, func(c FleetCase) bool { return c.Name == b.Name })
-	})
-	return slices.CompactFunc(out, func(a, b FleetCase) bool { return a.Name == b.Name }), nil
+	return slices.DeleteFunc(all, func(c FleetCase) bool { return !slices.Contains(names, c.Name) }), nil
 }
 
 // FleetPolicies are the policies the fleet scenario compares on be: the
