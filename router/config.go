@@ -200,74 +200,32 @@ func (c *Config) setDefaults() {
 	case HybridP2C:
 		c.Policy, c.LoadAware = Hybrid, true
 	}
-	if c.ProbeInterval == 0 {
-		c.ProbeInterval = DefaultProbeInterval
-	}
-	if c.StableProbeInterval == 0 {
-		c.StableProbeInterval = DefaultStableProbeInterval
-	}
-	if c.ProbeTimeout == 0 {
-		c.ProbeTimeout = 500 * time.Millisecond
-	}
-	if c.UnreachableAfter == 0 {
-		c.UnreachableAfter = 2
-	}
-	if c.Alpha == 0 {
-		c.Alpha = ewma.DefaultAlpha
-	}
-	if c.EjectRatio == 0 {
-		c.EjectRatio = 2
-	}
-	if c.ReadmitRatio == 0 {
-		c.ReadmitRatio = 0.9 * c.EjectRatio
-	}
+	orDefault(&c.ProbeInterval, DefaultProbeInterval)
+	orDefault(&c.StableProbeInterval, DefaultStableProbeInterval)
+	orDefault(&c.ProbeTimeout, 500*time.Millisecond)
+	orDefault(&c.UnreachableAfter, 2)
+	orDefault(&c.Alpha, ewma.DefaultAlpha)
+	orDefault(&c.EjectRatio, 2)
+	orDefault(&c.ReadmitRatio, 0.9*c.EjectRatio)
 	if c.MinEjectGap == 0 {
 		c.MinEjectGap = 5 * time.Millisecond
 	} else if c.MinEjectGap < 0 {
 		c.MinEjectGap = 0
 	}
-	if c.MinProbeEjectGap == 0 {
-		c.MinProbeEjectGap = 4 * c.MinEjectGap
-	}
-	if c.MinSamples == 0 {
-		c.MinSamples = 10
-	}
-	if c.EjectRounds == 0 {
-		c.EjectRounds = 3
-	}
-	if c.ProbeShare == 0 {
-		c.ProbeShare = 0.005
-	}
-	if c.ConsecutiveFailures == 0 {
-		c.ConsecutiveFailures = 5
-	}
-	if c.FailureShare == 0 {
-		c.FailureShare = 0.3
-	}
-	if c.FailureWindow == 0 {
-		c.FailureWindow = time.Second
-	}
-	if c.MaxLag == 0 {
-		c.MaxLag = 1000
-	}
-	if c.BaseEjection == 0 {
-		c.BaseEjection = time.Second
-	}
-	if c.MaxEjection == 0 {
-		c.MaxEjection = 30 * time.Second
-	}
-	if c.ReadmitSamples == 0 {
-		c.ReadmitSamples = 3
-	}
-	if c.Temperature == 0 {
-		c.Temperature = time.Millisecond
-	}
-	if c.FailureThreshold == 0 {
-		c.FailureThreshold = 3
-	}
-	if c.InitialLatency == 0 {
-		c.InitialLatency = time.Millisecond
-	}
+	orDefault(&c.MinProbeEjectGap, 4*c.MinEjectGap)
+	orDefault(&c.MinSamples, 10)
+	orDefault(&c.EjectRounds, 3)
+	orDefault(&c.ProbeShare, 0.005)
+	orDefault(&c.ConsecutiveFailures, 5)
+	orDefault(&c.FailureShare, 0.3)
+	orDefault(&c.FailureWindow, time.Second)
+	orDefault(&c.MaxLag, 1000)
+	orDefault(&c.BaseEjection, time.Second)
+	orDefault(&c.MaxEjection, 30*time.Second)
+	orDefault(&c.ReadmitSamples, 3)
+	orDefault(&c.Temperature, time.Millisecond)
+	orDefault(&c.FailureThreshold, 3)
+	orDefault(&c.InitialLatency, time.Millisecond)
 	if c.Clock == nil {
 		c.Clock = systemClock{}
 	}
@@ -344,4 +302,13 @@ func (c *Config) validate() error {
 		}
 	}
 	return nil
+}
+
+// orDefault sets *v to d when *v is its type's zero: how an option left
+// unset takes its default.
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
 }

@@ -55,24 +55,12 @@ type HedgeConfig struct {
 }
 
 func (h *HedgeConfig) setDefaults() {
-	if h.Quantile == 0 {
-		h.Quantile = 0.99
-	}
-	if h.MinDelay == 0 {
-		h.MinDelay = time.Millisecond
-	}
-	if h.Window == 0 {
-		h.Window = 1024
-	}
-	if h.MinReads == 0 {
-		h.MinReads = 100
-	}
-	if h.Budget == 0 {
-		h.Budget = 0.05
-	}
-	if h.MaxTokens == 0 {
-		h.MaxTokens = 100
-	}
+	orDefault(&h.Quantile, 0.99)
+	orDefault(&h.MinDelay, time.Millisecond)
+	orDefault(&h.Window, 1024)
+	orDefault(&h.MinReads, 100)
+	orDefault(&h.Budget, 0.05)
+	orDefault(&h.MaxTokens, 100)
 }
 
 func (h *HedgeConfig) validate(policy string) error {
