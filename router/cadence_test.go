@@ -51,6 +51,18 @@ func (tr testRouter) settle(t *testing.T) {
 	t.Fatalf("not settled after %d rounds on a quiet cluster", 4*SettleRounds)
 }
 
+// expectUnsettled fails unless the router has left the settled cadence and
+// probes at the next tick.
+func (tr testRouter) expectUnsettled(t *testing.T, why string) {
+	t.Helper()
+	if tr.settled.Load() {
+		t.Fatal("still settled " + why)
+	}
+	if !tr.tick() {
+		t.Fatal("not probing at the fast rate " + why)
+	}
+}
+
 func TestSettledRouterProbesRarely(t *testing.T) {
 	tr := newCadenceRouter(t)
 	tr.settle(t)
@@ -106,12 +118,7 @@ func TestEvidenceUnsettles(t *testing.T) {
 			if !tr.tick() {
 				t.Fatal("no probe round at the next tick")
 			}
-			if tr.settled.Load() {
-				t.Fatal("still settled after the evidence")
-			}
-			if !tr.tick() {
-				t.Fatal("not probing at the fast rate after the evidence")
-			}
+			tr.expectUnsettled(t, "after the evidence")
 		})
 	}
 }
@@ -140,12 +147,7 @@ func TestStalledMemberUnsettles(t *testing.T) {
 	for range stallTicks + 1 {
 		probed = probed || tr.tick()
 	}
-	if tr.settled.Load() {
-		t.Fatal("still settled with a read held for three rounds")
-	}
-	if !tr.tick() {
-		t.Fatal("not probing at the fast rate with a member stalled")
-	}
+	tr.expectUnsettled(t, "with a read held for three rounds")
 }
 
 func TestLeaderChangeSeenWhileSettled(t *testing.T) {
@@ -186,7 +188,5 @@ func TestMemberAnsweringNoneUnsettles(t *testing.T) {
 		p.Done(CallerGaveUp)
 		tr.tick()
 	}
-	if tr.settled.Load() {
-		t.Fatal("still settled with a member that answered no read for three rounds")
-	}
+	tr.expectUnsettled(t, "with a member that answered no read for three rounds")
 }

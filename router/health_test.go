@@ -184,14 +184,7 @@ func TestBenchingNeverEmptiesPool(t *testing.T) {
 func TestSlowProbesEject(t *testing.T) {
 	tr := newTestRouter(t, Config{})
 	tr.run(t, 300, LinearizableRead, flat(time.Millisecond))
-	tr.cfg.Prober = ProberFunc(func(ctx context.Context, m Member) (ProbeResult, error) {
-		if m.ID == "m1" {
-			tr.clock.Advance(160 * time.Millisecond)
-		} else {
-			tr.clock.Advance(time.Millisecond)
-		}
-		return tr.cluster.Probe(ctx, m)
-	})
+	tr.probeRTTs(slowMember("m1", 160*time.Millisecond, time.Millisecond))
 	for range minProbeSamples {
 		tr.refreshSequential()
 	}
@@ -205,14 +198,7 @@ func TestBusyLeaderProbesEjectNobody(t *testing.T) {
 	tr.run(t, 300, LinearizableRead, flat(time.Millisecond))
 	// The leader answers its probes later than the followers (it does more
 	// work): 19 ms against 6 ms, as measured on a loaded test bed.
-	tr.cfg.Prober = ProberFunc(func(ctx context.Context, m Member) (ProbeResult, error) {
-		if m.ID == "m0" {
-			tr.clock.Advance(19 * time.Millisecond)
-		} else {
-			tr.clock.Advance(6 * time.Millisecond)
-		}
-		return tr.cluster.Probe(ctx, m)
-	})
+	tr.probeRTTs(slowMember("m0", 19*time.Millisecond, 6*time.Millisecond))
 	for range 3 * minProbeSamples {
 		tr.refreshSequential()
 	}
@@ -227,11 +213,7 @@ func TestRepeatedEjectionBacksOff(t *testing.T) {
 	fast := flat(time.Millisecond)
 	ejectedFor := func() time.Duration {
 		t.Helper()
-		tr.run(t, 300, LinearizableRead, slow)
-		tr.probeRound()
-		if !tr.Stats().Members[1].Ejected {
-			t.Fatal("m1 not ejected")
-		}
+		tr.eject(t, 1, slow)
 		start := tr.clock.Now()
 		for range 200 {
 			tr.run(t, 1000, LinearizableRead, fast) // 1 s of fast reads
@@ -264,8 +246,7 @@ func TestRepeatedEjectionBacksOff(t *testing.T) {
 func TestEjectedMemberAtLowRateStaysOut(t *testing.T) {
 	tr := newTestRouter(t, Config{})
 	slow := slowMember("m2", 30*time.Millisecond, time.Millisecond)
-	tr.run(t, 300, LinearizableRead, slow)
-	tr.probeRound()
+	tr.eject(t, 2, slow)
 	// 50 reads/s for a minute while m2 is still slow: rounds every 250 ms.
 	total, toSlow := 0, 0
 	for range 240 {
@@ -288,12 +269,7 @@ func TestEjectedMemberAtLowRateStaysOut(t *testing.T) {
 // that budget (CallerGaveUp) keeps the member out.
 func TestProbeBudget(t *testing.T) {
 	tr := newTestRouter(t, Config{})
-	slow := slowMember("m2", 30*time.Millisecond, time.Millisecond)
-	tr.run(t, 300, LinearizableRead, slow)
-	tr.probeRound()
-	if !tr.Stats().Members[2].Ejected {
-		t.Fatal("slow m2 not ejected")
-	}
+	tr.eject(t, 2, slowMember("m2", 30*time.Millisecond, time.Millisecond))
 	// The median of the judged EWMAs is a fast member's, 1 ms: the
 	// threshold is max(2 × 1 ms, 1 ms + 5 ms) = 6 ms.
 	const want = 12 * time.Millisecond
@@ -446,11 +422,7 @@ func TestCapKeepsTheWorst(t *testing.T) {
 	tr := newTestRouter(t, Config{})
 	// m2 is a little slow (a farther zone on a busy day) and takes the one
 	// ejection slot three members allow.
-	tr.run(t, 300, LinearizableRead, slowMember("m2", 20*time.Millisecond, 2*time.Millisecond))
-	tr.probeRound()
-	if st := tr.Stats(); !st.Members[2].Ejected {
-		t.Fatal("m2 not ejected")
-	}
+	tr.eject(t, 2, slowMember("m2", 20*time.Millisecond, 2*time.Millisecond))
 	// Then m1 stops answering within the callers' deadline.
 	worse := func(m Member) (Outcome, time.Duration) {
 		switch m.ID {
@@ -472,8 +444,7 @@ func TestCapKeepsTheWorst(t *testing.T) {
 func TestBenchedMemberKeepsItsEjection(t *testing.T) {
 	tr := newTestRouter(t, Config{})
 	slow := slowMember("m2", 30*time.Millisecond, time.Millisecond)
-	tr.run(t, 300, LinearizableRead, slow)
-	tr.probeRound()
+	tr.eject(t, 2, slow)
 	if m := tr.Stats().Members[2]; !m.Ejected || m.OutReason != outLatency {
 		t.Fatalf("m2 not ejected: %+v", m)
 	}
@@ -579,14 +550,22 @@ func (z *zkProbes) Probe(_ context.Context, m Member) (ProbeResult, error) {
 	return ProbeResult{IsLeader: m.ID == z.leader, Term: z.epoch}, nil
 }
 
-func TestOneFailedProbeKeepsTheLeader(t *testing.T) {
-	// Three failures make a member unreachable here, so that the write
-	// failure's own re-probe (in the background) cannot be what clears it.
+// newEpochRouter is a test router whose probes answer as ZooKeeper's do
+// (by epoch), with m0 leading at epoch 3. Three failed probes make a member
+// unreachable, so that a write failure's own re-probe (in the background)
+// cannot be what clears a leader.
+func newEpochRouter(t *testing.T) (testRouter, *zkProbes) {
+	t.Helper()
 	tr := newTestRouter(t, Config{UnreachableAfter: 3})
 	zk := &zkProbes{}
 	tr.cfg.Prober = zk
 	zk.set("m0", 3)
 	tr.probeRound()
+	return tr, zk
+}
+
+func TestOneFailedProbeKeepsTheLeader(t *testing.T) {
+	tr, zk := newEpochRouter(t)
 	zk.set("m0", 3, "m0") // one lost probe of the leader
 	tr.probeRound()
 	if st := tr.Stats(); st.Leader != "m0" || st.Fallbacks != 0 {
@@ -628,11 +607,7 @@ func TestOneFailedProbeKeepsTheLeader(t *testing.T) {
 // A probe round that began before a pinned write failed does not clear the
 // failure's verdict; and when nothing answers, no stale claim survives.
 func TestStaleClaimLapses(t *testing.T) {
-	tr := newTestRouter(t, Config{UnreachableAfter: 3})
-	zk := &zkProbes{}
-	tr.cfg.Prober = zk
-	zk.set("m0", 3)
-	tr.probeRound()
+	tr, zk := newEpochRouter(t)
 	ok := make([]probeOutcome, 3)
 	for i, m := range tr.roster().members {
 		res, _ := zk.Probe(context.Background(), m)
@@ -791,8 +766,7 @@ func TestNotServingMemberGetsNoTraffic(t *testing.T) {
 func TestDegradedMemberEjectedAndReadmitted(t *testing.T) {
 	tr := newTestRouter(t, Config{})
 	slow := slowMember("m2", 17*time.Millisecond, time.Millisecond)
-	tr.run(t, 300, LinearizableRead, slow)
-	tr.probeRound()
+	tr.eject(t, 2, slow)
 	st := tr.Stats()
 	if !st.Members[2].Ejected || st.Members[0].Ejected || st.Members[1].Ejected {
 		t.Fatalf("want only m2 ejected: %+v", st.Members)
@@ -823,11 +797,7 @@ func TestDegradedMemberEjectedAndReadmitted(t *testing.T) {
 
 func TestNoReadmissionWithoutFreshReads(t *testing.T) {
 	tr := newTestRouter(t, Config{})
-	tr.run(t, 300, LinearizableRead, slowMember("m1", 20*time.Millisecond, time.Millisecond))
-	tr.probeRound()
-	if !tr.Stats().Members[1].Ejected {
-		t.Fatal("m1 not ejected")
-	}
+	tr.eject(t, 1, slowMember("m1", 20*time.Millisecond, time.Millisecond))
 	// An idle client: probes are in line, time passes, but no read says
 	// m1 recovered. The absence of bad news is not evidence.
 	for range 50 {
@@ -852,19 +822,10 @@ func TestNoReadmissionWithoutFreshReads(t *testing.T) {
 
 func TestSlowProbesKeepMemberOut(t *testing.T) {
 	tr := newTestRouter(t, Config{})
-	tr.run(t, 300, LinearizableRead, slowMember("m1", 20*time.Millisecond, time.Millisecond))
-	tr.probeRound()
-	if !tr.Stats().Members[1].Ejected {
-		t.Fatal("m1 not ejected")
-	}
+	tr.eject(t, 1, slowMember("m1", 20*time.Millisecond, time.Millisecond))
 	// Probes to m1 take 30 ms, to the others nothing: still degraded by
 	// the probe rule (beyond MinProbeEjectGap), although its reads recover.
-	tr.cfg.Prober = ProberFunc(func(ctx context.Context, m Member) (ProbeResult, error) {
-		if m.ID == "m1" {
-			tr.clock.Advance(30 * time.Millisecond)
-		}
-		return tr.cluster.Probe(ctx, m)
-	})
+	tr.probeRTTs(slowMember("m1", 30*time.Millisecond, 0))
 	for range 5 { // the probe estimate settles while m1 is out
 		tr.refreshSequential()
 	}

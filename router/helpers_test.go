@@ -108,6 +108,15 @@ func newTestRouter(t *testing.T, cfg Config) testRouter {
 
 func (tr testRouter) probeRound() { tr.refresh(context.Background()) }
 
+// probeRTTs makes each probe take rtt(member) on the fake clock, for
+// rounds driven by refreshSequential.
+func (tr testRouter) probeRTTs(rtt func(Member) time.Duration) {
+	tr.cfg.Prober = ProberFunc(func(ctx context.Context, m Member) (ProbeResult, error) {
+		tr.clock.Advance(rtt(m))
+		return tr.cluster.Probe(ctx, m)
+	})
+}
+
 // refreshSequential probes one member at a time, so that a prober that
 // advances the fake clock times only its own member.
 func (tr testRouter) refreshSequential() {
@@ -135,6 +144,17 @@ func (tr testRouter) expectNoneEjected(t *testing.T, why string) {
 		if m.Ejected {
 			t.Fatalf("%s ejected %s: %+v", m.Member.ID, why, m)
 		}
+	}
+}
+
+// eject runs 300 linearizable reads at latency and a probe round, and
+// fails unless that ejected member i.
+func (tr testRouter) eject(t *testing.T, i int, latency func(Member) time.Duration) {
+	t.Helper()
+	tr.run(t, 300, LinearizableRead, latency)
+	tr.probeRound()
+	if !tr.Stats().Members[i].Ejected {
+		t.Fatalf("m%d not ejected", i)
 	}
 }
 

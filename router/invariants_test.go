@@ -9,20 +9,11 @@ import (
 // The seed cases below are the defects the state-machine test was written
 // for, each a plain regression test.
 
-func ejectM2(t *testing.T, tr testRouter) {
-	t.Helper()
-	tr.run(t, 300, LinearizableRead, slowMember("m2", 30*time.Millisecond, time.Millisecond))
-	tr.probeRound()
-	if !tr.Stats().Members[2].Ejected {
-		t.Fatal("m2 not ejected")
-	}
-}
-
 // Busy (etcd's Defragment) rebuilds the snapshot: it keeps the minority cap,
 // and two at once never empty the pool (Pick divided by zero there).
 func TestBusyKeepsMinorityCap(t *testing.T) {
 	tr := newTestRouter(t, Config{})
-	ejectM2(t, tr)
+	tr.eject(t, 2, slowMember("m2", 30*time.Millisecond, time.Millisecond))
 	end1 := tr.Busy(1)
 	if err := tr.checkInvariants(); err != nil {
 		t.Fatalf("one ejected, one busy: %v", err)

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/oproute/oproute/internal/testutil"
 )
 
 type eventLog struct {
@@ -40,7 +42,7 @@ func TestMetricsAndEvents(t *testing.T) {
 	log := &eventLog{}
 	tr := newTestRouter(t, Config{OnEvent: log.add})
 	c := tr.Collector()
-	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
+	if problems, err := promtestutil.CollectAndLint(c); err != nil || len(problems) > 0 {
 		t.Fatalf("metric names and help: %v %v", problems, err)
 	}
 	reg := prometheus.NewPedanticRegistry()
@@ -65,42 +67,9 @@ func TestMetricsAndEvents(t *testing.T) {
 	}
 	expect := func(name string, want float64, labels ...string) {
 		t.Helper()
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
+		if v := testutil.Metric(t, reg, name, labels...); v != want {
+			t.Errorf("%s%v = %v, want %v", name, labels, v, want)
 		}
-		for _, mf := range mfs {
-			if mf.GetName() != name {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				got := map[string]string{}
-				for _, l := range m.GetLabel() {
-					got[l.GetName()] = l.GetValue()
-				}
-				match := true
-				for i := 0; i+1 < len(labels); i += 2 {
-					match = match && got[labels[i]] == labels[i+1]
-				}
-				if !match {
-					continue
-				}
-				var v float64
-				switch {
-				case m.GetCounter() != nil:
-					v = m.GetCounter().GetValue()
-				case m.GetGauge() != nil:
-					v = m.GetGauge().GetValue()
-				case m.GetHistogram() != nil:
-					v = float64(m.GetHistogram().GetSampleCount())
-				}
-				if v != want {
-					t.Errorf("%s%v = %v, want %v", name, labels, v, want)
-				}
-				return
-			}
-		}
-		t.Errorf("%s%v not exported", name, labels)
 	}
 	expect("oproute_member_ejected", 1, "member", "m2")
 	expect("oproute_member_ejected", 0, "member", "m0")
