@@ -49,6 +49,23 @@ func startProxy(t *testing.T, cfg Config) *Proxy {
 	return p
 }
 
+// switchedProxy is a proxy to an echo server whose links have fault while
+// the returned switch is on and none while it is off, and a connection
+// through it that made a round trip while it was off.
+func switchedProxy(t *testing.T, fault Link) (*Proxy, net.Conn, *atomic.Bool) {
+	t.Helper()
+	on := new(atomic.Bool)
+	p := startProxy(t, Config{Target: echoServer(t), Shape: func(string, Direction) Link {
+		if on.Load() {
+			return fault
+		}
+		return Link{}
+	}})
+	c := dial(t, p.Addr())
+	roundTrips(t, c, 1)
+	return p, c, on
+}
+
 func dial(t *testing.T, addr string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
@@ -129,11 +146,7 @@ func TestJitterKeepsOrder(t *testing.T) {
 }
 
 func TestBlackholeAndRecovery(t *testing.T) {
-	target := echoServer(t)
-	var hole atomic.Bool
-	p := startProxy(t, Config{Target: target, Shape: func(string, Direction) Link { return Link{Blackhole: hole.Load()} }})
-	c := dial(t, p.Addr())
-	roundTrips(t, c, 1)
+	_, c, hole := switchedProxy(t, Link{Blackhole: true})
 	hole.Store(true)
 	c.Write([]byte{1})
 	c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
@@ -243,14 +256,8 @@ func isReset(err error) bool {
 // (the target is not dialled), a connection that sends is reset, and
 // Recheck resets idle ones; afterwards the link works again.
 func TestReset(t *testing.T) {
-	target := echoServer(t)
-	var on atomic.Bool
-	p := startProxy(t, Config{Target: target, Shape: func(string, Direction) Link {
-		return Link{Reset: on.Load(), Blackhole: on.Load()}
-	}})
-	idle := dial(t, p.Addr())
+	p, idle, on := switchedProxy(t, Link{Reset: true, Blackhole: true})
 	busy := dial(t, p.Addr())
-	roundTrips(t, idle, 1)
 	roundTrips(t, busy, 1)
 
 	on.Store(true)
@@ -297,11 +304,7 @@ func TestReset(t *testing.T) {
 }
 
 func TestStallHoldsThenDelivers(t *testing.T) {
-	target := echoServer(t)
-	var on atomic.Bool
-	p := startProxy(t, Config{Target: target, Shape: func(string, Direction) Link { return Link{Stall: on.Load()} }})
-	c := dial(t, p.Addr())
-	roundTrips(t, c, 1)
+	_, c, on := switchedProxy(t, Link{Stall: true})
 	on.Store(true)
 	msg := bytes.Repeat([]byte("0123456789abcdef"), 8192) // 128 KiB: more than one chunk
 	go c.Write(msg)                                       // blocks once the buffers fill, as across a partition
@@ -324,13 +327,7 @@ func TestStallHoldsThenDelivers(t *testing.T) {
 // connection is reset; connections that had their answer before the link
 // said so are left alone.
 func TestResetAfterReply(t *testing.T) {
-	target := echoServer(t)
-	var on atomic.Bool
-	p := startProxy(t, Config{Target: target, Shape: func(_ string, dir Direction) Link {
-		return Link{ResetAfterReply: on.Load()}
-	}})
-	old := dial(t, p.Addr())
-	roundTrips(t, old, 1)
+	p, old, on := switchedProxy(t, Link{ResetAfterReply: true})
 	on.Store(true)
 	fresh := dial(t, p.Addr())
 	roundTrips(t, fresh, 1) // the first answer arrives
