@@ -65,15 +65,12 @@ func hostOf(rawURL string) string {
 }
 
 func runMember(raw string) int {
-	var spec memberSpec
-	if err := json.Unmarshal([]byte(raw), &spec); err != nil || spec.Net == nil {
-		fmt.Fprintln(os.Stderr, "testbed member: bad spec:", err)
-		return 2
-	}
 	// The member's own proxies shape its links, in its process, as netem
 	// would on its host: the client's process carries none of it.
-	var net atomic.Pointer[netState]
-	net.Store(spec.Net)
+	spec, net, ok := readSpec[memberSpec]("testbed member", raw)
+	if !ok {
+		return 2
+	}
 	clientProxy, err := proxy.Listen(portOf(spec.AdvertiseClient), proxy.Config{
 		Target: hostOf(spec.ListenClient),
 		Shape:  func(string, proxy.Direction) proxy.Link { return net.Load().clientLink(spec.Index) },
@@ -95,7 +92,7 @@ func runMember(raw string) int {
 	defer peerProxy.Close()
 	// Control from the start: a network change made while etcd starts
 	// reaches the proxies at once.
-	parentGone := serveControl(&net, []*proxy.Proxy{clientProxy, peerProxy}, clientProxy.Accepted)
+	parentGone := serveControl(net, []*proxy.Proxy{clientProxy, peerProxy}, clientProxy.Accepted)
 
 	cfg := embed.NewConfig()
 	cfg.Name, cfg.Dir = spec.Name, spec.Dir
@@ -143,6 +140,25 @@ func runMember(raw string) int {
 	}
 	e.Close()
 	return 0
+}
+
+// childSpec is the spec a child process is started with; each carries the
+// network state its proxies shape the links by.
+type childSpec interface{ network() *netState }
+
+func (s memberSpec) network() *netState  { return s.Net }
+func (s zkProxySpec) network() *netState { return s.Net }
+
+// readSpec decodes a child's spec and holds its network state for the
+// proxies' shapes; who names the child in the error it prints.
+func readSpec[S childSpec](who, raw string) (spec S, net *atomic.Pointer[netState], ok bool) {
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil || spec.network() == nil {
+		fmt.Fprintf(os.Stderr, "%s: bad spec: %v\n", who, err)
+		return spec, nil, false
+	}
+	net = new(atomic.Pointer[netState])
+	net.Store(spec.network())
+	return spec, net, true
 }
 
 // serveControl answers the parent's control lines on stdin: network state

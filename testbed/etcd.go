@@ -54,11 +54,7 @@ func (o EtcdOptions) cpuOf(i int) float64 {
 // EtcdCluster is a running test-bed etcd cluster.
 type EtcdCluster struct {
 	topo    Topology
-	dir     string
-	ownDir  bool
 	token   string
-	bin     string
-	tls     *tlsFiles
 	http    *http.Client // for /metrics
 	members []*EtcdMember
 
@@ -69,7 +65,6 @@ type EtcdCluster struct {
 
 	mu     sync.Mutex
 	admins map[int]*clientv3.Client
-	closed bool
 }
 
 // EtcdMember is one member of an EtcdCluster.
@@ -80,9 +75,8 @@ type EtcdMember struct {
 
 	server // its process: PID, pause, kill
 
-	id      atomic.Uint64
-	removed atomic.Bool
-	spec    memberSpec
+	id   atomic.Uint64
+	spec memberSpec
 }
 
 // StartEtcd starts a cluster and returns once every member serves and the
@@ -92,30 +86,21 @@ func StartEtcd(ctx context.Context, opts EtcdOptions) (*EtcdCluster, error) {
 }
 
 func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error) {
-	if opts.Topology.Zones == nil {
-		opts.Topology = DefaultTopology(3)
-	}
-	if err := opts.Topology.validate(); err != nil {
+	if err := startDefaults(&opts.Topology, &opts.StartTimeout); err != nil {
 		return nil, err
-	}
-	if opts.StartTimeout == 0 {
-		opts.StartTimeout = 90 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
 	defer cancel()
 
-	c := &EtcdCluster{topo: opts.Topology, dir: opts.Dir, token: fmt.Sprintf("oproute-%d", rand.Uint64()), admins: map[int]*clientv3.Client{}}
+	c := &EtcdCluster{topo: opts.Topology, token: fmt.Sprintf("oproute-%d", rand.Uint64()), admins: map[int]*clientv3.Client{}}
 	c.net = &netState{Topo: opts.Topology, Extra: make([]linkExtra, len(opts.Topology.Zones)), IDs: map[string]int{}}
 	c.memberCPU = opts.MemberCPU
-	if c.dir, c.ownDir, err = workDir(opts.Dir, "oproute-etcd-"); err != nil {
-		return nil, err
-	}
 	defer func() {
 		if err != nil {
 			c.Close()
 		}
 	}()
-	if c.bin, err = memberBinary(ctx, c.dir); err != nil {
+	if err := c.prepare(ctx, opts.Dir, "oproute-etcd-", opts.ClientTLS); err != nil {
 		return nil, err
 	}
 	c.limits = make([]*cpuLimit, len(c.topo.Zones))
@@ -124,11 +109,6 @@ func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 			if c.limits[i], err = newCPULimit(fmt.Sprintf("oproute-%s-m%d", c.token, i), cores); err != nil {
 				return nil, err
 			}
-		}
-	}
-	if opts.ClientTLS {
-		if c.tls, err = makeTLS(c.dir); err != nil {
-			return nil, err
 		}
 	}
 	c.http = &http.Client{Transport: &http.Transport{TLSClientConfig: c.ClientTLS()}, Timeout: 5 * time.Second}
@@ -282,10 +262,7 @@ func (c *EtcdCluster) Kill(i int) error {
 // Restart starts a killed member again on its data and waits until it serves.
 func (c *EtcdCluster) Restart(ctx context.Context, i int) error {
 	m := c.members[i]
-	if m.removed.Load() {
-		return fmt.Errorf("testbed: %s was removed from the cluster", m.Name)
-	}
-	if err := m.stopped(); err != nil {
+	if err := m.restartable(); err != nil {
 		return err
 	}
 	m.spec.ClusterState = "existing"
@@ -298,12 +275,10 @@ func (c *EtcdCluster) Restart(ctx context.Context, i int) error {
 // Close stops every member (SIGKILL: their data is thrown away), the
 // proxies and the control clients, and removes the directory it created.
 func (c *EtcdCluster) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.beginClose() {
 		return nil
 	}
-	c.closed = true
+	c.mu.Lock() // after beginClose: admin() adds no client once this holds
 	admins := c.admins
 	c.admins = nil
 	c.mu.Unlock()
@@ -313,18 +288,13 @@ func (c *EtcdCluster) Close() error {
 	if c.http != nil {
 		c.http.CloseIdleConnections()
 	}
-	for _, m := range c.members {
-		m.close()
-	}
+	err := c.closeNodes()
 	for _, l := range c.limits {
 		if l != nil {
 			l.remove()
 		}
 	}
-	if c.ownDir {
-		return os.RemoveAll(c.dir)
-	}
-	return nil
+	return err
 }
 
 // Zones returns each member's zone.

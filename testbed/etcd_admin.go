@@ -17,7 +17,7 @@ import (
 func (c *EtcdCluster) admin(i int) (*clientv3.Client, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.closing.Load() {
 		return nil, errors.New("testbed: cluster closed")
 	}
 	if cli := c.admins[i]; cli != nil {

@@ -25,14 +25,10 @@ func (c *EtcdCluster) GRPCCounts(ctx context.Context, i int) (map[string]uint64,
 // DeleteRange as writes, Range as reads, Txn apart. A member that is not
 // running counts zero.
 func (c *EtcdCluster) Served(ctx context.Context, i int) (Served, error) {
-	if c.members[i].PID() == 0 {
-		return Served{}, nil
-	}
-	n, err := c.GRPCCounts(ctx, i)
-	if err != nil {
-		return Served{}, err
-	}
-	return ServedFromGRPC(n), nil
+	return servedBy(&c.members[i].server, func() (Served, error) {
+		n, err := c.GRPCCounts(ctx, i)
+		return ServedFromGRPC(n), err
+	})
 }
 
 // ServedFromGRPC reads Served from a member's gRPC counts (GRPCCounts,

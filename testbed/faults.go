@@ -3,12 +3,12 @@ package testbed
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// cluster is embedded in EtcdCluster and ZKCluster: the emulated network,
-// which every member's proxies shape by, and the fault knobs.
 // Faults is what a test can do to the members of either cluster type; the
 // conformance suite and routebench take it rather than listing the knobs.
 type Faults interface {
@@ -26,10 +26,50 @@ type Faults interface {
 	Zones() []string
 }
 
+// cluster is embedded in EtcdCluster and ZKCluster: the emulated network,
+// which every member's proxies shape by, the fault knobs, and what the two
+// share of their lifetime (the directory, Close).
 type cluster struct {
 	netMu sync.Mutex // serialises changes of net and their broadcast
 	net   *netState
 	nodes []*server // the members' processes, in member order
+
+	dir     string    // data, configs and logs
+	ownDir  bool      // made by the testbed: Close removes it
+	bin     string    // the member binary (etcd members, ZooKeeper's proxies)
+	tls     *tlsFiles // nil without ClientTLS
+	closing atomic.Bool
+}
+
+// prepare makes the work directory (dir, or a new one named by prefix), the
+// member binary and, with clientTLS, the certificates. A cluster whose
+// prepare failed is closed by its caller like any other.
+func (c *cluster) prepare(ctx context.Context, dir, prefix string, clientTLS bool) (err error) {
+	if c.dir, c.ownDir, err = workDir(dir, prefix); err != nil {
+		return err
+	}
+	if c.bin, err = memberBinary(ctx, c.dir); err != nil {
+		return err
+	}
+	if clientTLS {
+		c.tls, err = makeTLS(c.dir)
+	}
+	return err
+}
+
+// beginClose reports whether this is the cluster's first Close.
+func (c *cluster) beginClose() bool { return c.closing.CompareAndSwap(false, true) }
+
+// closeNodes stops every member's processes and removes the directory the
+// testbed made.
+func (c *cluster) closeNodes() error {
+	for _, s := range c.nodes {
+		s.close()
+	}
+	if c.ownDir {
+		return os.RemoveAll(c.dir)
+	}
+	return nil
 }
 
 // setNet changes the network state and sends it to every member's proxies,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -32,6 +33,8 @@ type server struct {
 	proc   *process      // the server process; nil before the first start
 	ctl    *process      // the proxy host
 	frozen chan struct{} // closed while Pause holds proc stopped
+
+	removed atomic.Bool // taken out of the cluster's membership for good
 }
 
 func (s *server) process() *process {
@@ -128,8 +131,12 @@ func (s *server) kill() error {
 	return nil
 }
 
-// stopped fails when the server process runs: Restart's precondition.
-func (s *server) stopped() error {
+// restartable fails when the server was removed or its process runs:
+// Restart's precondition.
+func (s *server) restartable() error {
+	if s.removed.Load() {
+		return fmt.Errorf("testbed: %s was removed from the cluster", s.name)
+	}
 	if s.PID() != 0 {
 		return fmt.Errorf("testbed: %s is running", s.name)
 	}
@@ -196,4 +203,12 @@ type Served struct {
 	Reads uint64
 	// Txns are etcd transactions, of either kind.
 	Txns uint64
+}
+
+// servedBy is what count says s served, zero while s is not running.
+func servedBy(s *server, count func() (Served, error)) (Served, error) {
+	if s.PID() == 0 {
+		return Served{}, nil
+	}
+	return count()
 }

@@ -123,3 +123,15 @@ func (t Topology) oneWay(a, b string) time.Duration {
 	}
 	return time.Duration(t.CrossZone)
 }
+
+// startDefaults gives a cluster's options their defaults (three members in
+// DefaultTopology, 90 s to start) and checks the topology.
+func startDefaults(topo *Topology, startTimeout *time.Duration) error {
+	if topo.Zones == nil {
+		*topo = DefaultTopology(3)
+	}
+	if *startTimeout == 0 {
+		*startTimeout = 90 * time.Second
+	}
+	return topo.validate()
+}

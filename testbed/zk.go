@@ -11,8 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -84,19 +82,12 @@ type ZKOptions struct {
 // their own, and each server's config names, for every other server, the
 // proxy of that one link, so each pair of servers gets its own delay.
 type ZKCluster struct {
-	topo   Topology
-	tls    *tlsFiles
-	dir    string
-	ownDir bool
-	bin    string
-	opts   ZKOptions
+	topo Topology
+	opts ZKOptions
 
 	cluster // network, fault knobs
 
 	servers []*ZKServer
-
-	mu     sync.Mutex
-	closed bool
 }
 
 // ZKServer is one server of a ZKCluster.
@@ -114,7 +105,6 @@ type ZKServer struct {
 	securePort                           int // the JVM's TLS client port (ClientTLS)
 	proxyClientPort                      int
 	proxySpec                            zkProxySpec
-	removed                              atomic.Bool
 }
 
 // StartZK starts an ensemble and returns once every server serves and the
@@ -124,14 +114,8 @@ func StartZK(ctx context.Context, opts ZKOptions) (*ZKCluster, error) {
 }
 
 func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
-	if opts.Topology.Zones == nil {
-		opts.Topology = DefaultTopology(3)
-	}
-	if err := opts.Topology.validate(); err != nil {
+	if err := startDefaults(&opts.Topology, &opts.StartTimeout); err != nil {
 		return nil, err
-	}
-	if opts.StartTimeout == 0 {
-		opts.StartTimeout = 90 * time.Second
 	}
 	if opts.TickTime == 0 {
 		opts.TickTime = 2 * time.Second
@@ -157,27 +141,19 @@ func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
 	defer cancel()
 
 	n := len(opts.Topology.Zones)
-	c := &ZKCluster{topo: opts.Topology, dir: opts.Dir, opts: opts}
+	c := &ZKCluster{topo: opts.Topology, opts: opts}
 	ids := map[string]int{}
 	for i := range n {
 		ids[strconv.Itoa(i)] = i
 	}
 	c.net = &netState{Topo: opts.Topology, Extra: make([]linkExtra, n), IDs: ids}
-	if c.dir, c.ownDir, err = workDir(opts.Dir, "oproute-zk-"); err != nil {
-		return nil, err
-	}
 	defer func() {
 		if err != nil {
 			c.Close()
 		}
 	}()
-	if c.bin, err = memberBinary(ctx, c.dir); err != nil {
+	if err := c.prepare(ctx, opts.Dir, "oproute-zk-", opts.ClientTLS); err != nil {
 		return nil, err
-	}
-	if opts.ClientTLS {
-		if c.tls, err = makeTLS(c.dir); err != nil {
-			return nil, err
-		}
 	}
 
 	// Ports: each server's own three, its proxied client port, its TLS
@@ -417,10 +393,7 @@ func (c *ZKCluster) Zones() []string { return slices.Clone(c.topo.Zones) }
 // Restart starts a killed server again on its data and waits until it
 // serves.
 func (c *ZKCluster) Restart(ctx context.Context, i int) error {
-	if c.servers[i].removed.Load() {
-		return fmt.Errorf("testbed: %s was removed from the ensemble", c.servers[i].Name)
-	}
-	if err := c.servers[i].stopped(); err != nil {
+	if err := c.servers[i].restartable(); err != nil {
 		return err
 	}
 	if err := c.launchJVM(c.servers[i]); err != nil {
@@ -432,18 +405,8 @@ func (c *ZKCluster) Restart(ctx context.Context, i int) error {
 // Close kills every server and proxy process and removes the directory it
 // created.
 func (c *ZKCluster) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.beginClose() {
 		return nil
 	}
-	c.closed = true
-	c.mu.Unlock()
-	for _, s := range c.servers {
-		s.close()
-	}
-	if c.ownDir {
-		return os.RemoveAll(c.dir)
-	}
-	return nil
+	return c.closeNodes()
 }

@@ -20,14 +20,10 @@ func (c *ZKCluster) Requests(ctx context.Context, i int) (zk4lw.Requests, error)
 // as writes, reads including syncs). A server that is not running counts
 // zero.
 func (c *ZKCluster) Served(ctx context.Context, i int) (Served, error) {
-	if c.servers[i].PID() == 0 {
-		return Served{}, nil
-	}
-	n, err := c.Requests(ctx, i)
-	if err != nil {
-		return Served{}, err
-	}
-	return Served{Writes: n.Updates, Reads: n.Reads}, nil
+	return servedBy(&c.servers[i].server, func() (Served, error) {
+		n, err := c.Requests(ctx, i)
+		return Served{Writes: n.Updates, Reads: n.Reads}, err
+	})
 }
 
 // ClientConnections returns how many client connections server i's proxy

@@ -1,12 +1,10 @@
 package testbed
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
 	"strconv"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,13 +41,10 @@ func init() {
 // own, as etcd members host theirs: the JVM cannot, and in the client's
 // process they would tax the client.
 func runZKProxies(raw string) int {
-	var spec zkProxySpec
-	if err := json.Unmarshal([]byte(raw), &spec); err != nil || spec.Net == nil {
-		fmt.Fprintln(os.Stderr, "testbed zk proxies: bad spec:", err)
+	spec, net, ok := readSpec[zkProxySpec]("testbed zk proxies", raw)
+	if !ok {
 		return 2
 	}
-	var net atomic.Pointer[netState]
-	net.Store(spec.Net)
 	var client *proxy.Proxy
 	var all []*proxy.Proxy
 	for _, l := range spec.Links {
@@ -78,7 +73,7 @@ func runZKProxies(raw string) int {
 		return 2
 	}
 	fmt.Println(readyLine)
-	parentGone := serveControl(&net, all, client.Accepted)
+	parentGone := serveControl(net, all, client.Accepted)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	select {
