@@ -104,3 +104,31 @@ type Client interface {
 	Stats() router.Stats
 	Close() error
 }
+
+// placement is where a cluster's members are: what Cluster's Size and
+// Endpoints report and what routed clients are told of zones.
+type placement struct {
+	endpoints  []string
+	zones      []string // per endpoint; nil when attached
+	clientZone string   // "" when the clients have no zone
+}
+
+func placedOn(endpoints []string, topo testbed.Topology) placement {
+	return placement{endpoints: endpoints, zones: topo.Zones, clientZone: topo.ClientZone}
+}
+
+func (p placement) Size() int           { return len(p.endpoints) }
+func (p placement) Endpoints() []string { return p.endpoints }
+
+// zonesByEndpoint is the routed clients' WithZones map; ok is false when
+// the clients have no zone.
+func (p placement) zonesByEndpoint() (zones map[string]string, ok bool) {
+	if p.clientZone == "" {
+		return nil, false
+	}
+	zones = make(map[string]string, len(p.endpoints))
+	for i, ep := range p.endpoints {
+		zones[ep] = p.zones[i]
+	}
+	return zones, true
+}

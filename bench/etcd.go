@@ -38,7 +38,7 @@ func (e Etcd) Start(ctx context.Context, topo testbed.Topology) (Cluster, error)
 	if err != nil {
 		return nil, err
 	}
-	return &etcdCluster{tb: tb, endpoints: tb.Endpoints(), zones: topo.Zones, clientZone: topo.ClientZone, http: &http.Client{Timeout: 5 * time.Second}}, nil
+	return &etcdCluster{tb: tb, placement: placedOn(tb.Endpoints(), topo), http: &http.Client{Timeout: 5 * time.Second}}, nil
 }
 
 // Attach implements Backend: an existing cluster, no fault knobs.
@@ -46,7 +46,7 @@ func (Etcd) Attach(ctx context.Context, endpoints []string) (Cluster, error) {
 	if len(endpoints) == 0 {
 		return nil, etcd.ErrNoEndpoints
 	}
-	c := &etcdCluster{endpoints: endpoints, http: &http.Client{Timeout: 5 * time.Second}}
+	c := &etcdCluster{placement: placement{endpoints: endpoints}, http: &http.Client{Timeout: 5 * time.Second}}
 	if _, err := c.Leader(ctx); err != nil {
 		return nil, fmt.Errorf("bench: attach %v: %w", endpoints, err)
 	}
@@ -54,18 +54,13 @@ func (Etcd) Attach(ctx context.Context, endpoints []string) (Cluster, error) {
 }
 
 type etcdCluster struct {
-	tb         *testbed.EtcdCluster // nil when attached
-	endpoints  []string
-	zones      []string
-	clientZone string
-	http       *http.Client
+	tb *testbed.EtcdCluster // nil when attached
+	placement
+	http *http.Client
 
 	statusMu  sync.Mutex
 	statusCli []*clientv3.Client // external: one plain client per endpoint
 }
-
-func (c *etcdCluster) Size() int           { return len(c.endpoints) }
-func (c *etcdCluster) Endpoints() []string { return c.endpoints }
 
 func (c *etcdCluster) Faults() Faults {
 	if c.tb == nil {
@@ -187,37 +182,25 @@ func (c *etcdCluster) Connect(ctx context.Context, policy string, conns int) (Cl
 		return sc, nil
 	}
 	opts := []etcd.Option{etcd.WithPolicy(routedPolicy(policy)), etcd.WithConnsPerMember(conns), etcd.WithRouterConfig(routerTune(policy))}
-	if c.clientZone != "" {
-		zones := map[string]string{}
-		for i, ep := range c.endpoints {
-			zones[ep] = c.zones[i]
-		}
+	if zones, ok := c.zonesByEndpoint(); ok {
 		opts = append(opts, etcd.WithZones(c.clientZone, zones))
 	}
-	cli, err := etcdtest.Connect(c.clientConfig(c.endpoints), opts...)
+	cli, pin, err := connectPinned(ctx, policy, c, c.tb != nil, func() (*etcdtest.Client, error) { return etcdtest.Connect(c.clientConfig(c.endpoints), opts...) })
 	if err != nil {
 		return nil, err
 	}
-	ec := &etcdClient{Client: cli}
-	if err := ec.pin.start(ctx, policy, c, c.tb != nil); err != nil {
-		cli.Close()
-		return nil, err
-	}
-	return ec, nil
+	return &etcdClient{Client: cli, pin: pin}, nil
 }
 
 // etcdClient is the routed client (etcdtest's adapter), its writes pinned
 // where the policy says (Oracle, StaticLeader).
 type etcdClient struct {
 	*etcdtest.Client
-	pin writePin
+	pin *writePin
 }
 
 func (c *etcdClient) Write(ctx context.Context, key string, value []byte) error {
-	if m := c.pin.member(); m != "" {
-		ctx = etcd.WithMember(ctx, m)
-	}
-	return c.Client.Write(ctx, key, value)
+	return c.Client.Write(c.pin.route(ctx, etcd.WithMember), key, value)
 }
 
 // ErrorClass implements the fleet's errorClasser.

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,8 +43,23 @@ func routerTune(policy string) func(*router.Config) {
 	}
 }
 
-// start pins writes when policy is a comparator; onTestbed says whether the
-// cluster's leader can be followed (the oracle needs the test bed).
+// connectPinned connects a client and pins its writes where policy says;
+// onTestbed says whether the cluster's leader can be followed (the oracle
+// needs the test bed). A client whose pin cannot start is closed.
+func connectPinned[C io.Closer](ctx context.Context, policy string, cl Cluster, onTestbed bool, connect func() (C, error)) (C, *writePin, error) {
+	cli, err := connect()
+	if err != nil {
+		return cli, nil, err
+	}
+	p := &writePin{}
+	if err := p.start(ctx, policy, cl, onTestbed); err != nil {
+		cli.Close()
+		return cli, nil, err
+	}
+	return cli, p, nil
+}
+
+// start pins writes when policy is a comparator.
 func (p *writePin) start(ctx context.Context, policy string, cl Cluster, onTestbed bool) error {
 	if policy != Oracle && policy != StaticLeader {
 		return nil
@@ -82,12 +98,13 @@ func (p *writePin) follow(cl Cluster) {
 	}
 }
 
-// member returns the endpoint writes are pinned to, "" when they are routed.
-func (p *writePin) member() string {
+// route returns ctx with the write pinned by withMember (the backend's
+// WithMember), or ctx itself when writes are routed.
+func (p *writePin) route(ctx context.Context, withMember func(context.Context, string) context.Context) context.Context {
 	if p.endpoints == nil {
-		return ""
+		return ctx
 	}
-	return p.endpoints[p.pinned.Load()]
+	return withMember(ctx, p.endpoints[p.pinned.Load()])
 }
 
 func (p *writePin) close() {

@@ -34,7 +34,7 @@ func (ZooKeeper) Start(ctx context.Context, topo testbed.Topology) (Cluster, err
 	if err != nil {
 		return nil, err
 	}
-	c := &zkCluster{tb: tb, endpoints: tb.Endpoints(), admin: tb.DirectEndpoints(), zones: topo.Zones, clientZone: topo.ClientZone}
+	c := &zkCluster{tb: tb, placement: placedOn(tb.Endpoints(), topo), admin: tb.DirectEndpoints()}
 	if err := c.warmUp(ctx, jvmWarmUp); err != nil {
 		c.Close()
 		return nil, err
@@ -78,7 +78,7 @@ func (ZooKeeper) Attach(ctx context.Context, endpoints []string) (Cluster, error
 	if len(endpoints) == 0 {
 		return nil, ozk.ErrNoServers
 	}
-	c := &zkCluster{endpoints: endpoints, admin: endpoints}
+	c := &zkCluster{placement: placement{endpoints: endpoints}, admin: endpoints}
 	if _, err := c.Leader(ctx); err != nil {
 		return nil, fmt.Errorf("bench: attach %v: %w", endpoints, err)
 	}
@@ -86,15 +86,10 @@ func (ZooKeeper) Attach(ctx context.Context, endpoints []string) (Cluster, error
 }
 
 type zkCluster struct {
-	tb         *testbed.ZKCluster // nil when attached
-	endpoints  []string
-	admin      []string // where four-letter words go: the servers' own ports
-	zones      []string
-	clientZone string
+	tb *testbed.ZKCluster // nil when attached
+	placement
+	admin []string // where four-letter words go: the servers' own ports
 }
-
-func (c *zkCluster) Size() int           { return len(c.endpoints) }
-func (c *zkCluster) Endpoints() []string { return c.endpoints }
 
 func (c *zkCluster) Faults() Faults {
 	if c.tb == nil {
@@ -193,11 +188,7 @@ func (c *zkCluster) Connect(ctx context.Context, policy string, _ int) (Client, 
 	if ctx.Value(unsharedProbes{}) != nil {
 		opts = append(opts, ozk.WithDialer(net.DialTimeout)) // a dialer of its own: its probes are its own
 	}
-	if c.clientZone != "" {
-		zones := map[string]string{}
-		for i, ep := range c.endpoints {
-			zones[ep] = c.zones[i]
-		}
+	if zones, ok := c.zonesByEndpoint(); ok {
 		opts = append(opts, ozk.WithZones(c.clientZone, zones))
 	}
 	if policy == router.Sticky {
@@ -205,30 +196,22 @@ func (c *zkCluster) Connect(ctx context.Context, policy string, _ int) (Client, 
 			opts = append(opts, ozk.WithRouterConfig(func(rc *router.Config) { rc.StickyMember = m }))
 		}
 	}
-	conn, err := zktest.Connect(c.endpoints, SessionTimeout, opts...)
+	conn, pin, err := connectPinned(ctx, policy, c, c.tb != nil, func() (*zktest.Client, error) { return zktest.Connect(c.endpoints, SessionTimeout, opts...) })
 	if err != nil {
 		return nil, err
 	}
-	zc := &zkClient{Client: conn}
-	if err := zc.pin.start(ctx, policy, c, c.tb != nil); err != nil {
-		conn.Close()
-		return nil, err
-	}
-	return zc, nil
+	return &zkClient{Client: conn, pin: pin}, nil
 }
 
 // zkClient is the routed Conn (zktest's adapter), its writes pinned where
 // the policy says (Oracle, StaticLeader).
 type zkClient struct {
 	*zktest.Client
-	pin writePin
+	pin *writePin
 }
 
 func (c *zkClient) Write(ctx context.Context, key string, value []byte) error {
-	if m := c.pin.member(); m != "" {
-		ctx = ozk.WithMember(ctx, m)
-	}
-	return c.Client.Write(ctx, key, value)
+	return c.Client.Write(c.pin.route(ctx, ozk.WithMember), key, value)
 }
 
 // ErrNoRanges: ZooKeeper has no range reads.
