@@ -40,12 +40,7 @@ func clusterOn(t *testing.T, h Harness, topo testbed.Topology) Cluster {
 func testFarMemberKept(t *testing.T, h Harness, topo testbed.Topology, window time.Duration) {
 	c := clusterOn(t, h, topo)
 	cli := connect(t, h, c.Endpoints(), router.Hybrid)
-	ctx := context.Background()
-	leader, err := c.Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitLeaderKnown(t, cli, c, leader)
+	leader := knownLeader(t, cli, c)
 	l := startLoad(t, cli, busyWorkers, 0.8, "far")
 	testutil.Poll(t, 10*time.Second, "every member judged", func() bool {
 		for _, m := range cli.Stats().Members {
@@ -86,9 +81,7 @@ func testDegradedFar(t *testing.T, h Harness) {
 	topo := testbed.DefaultTopology(3)
 	c := clusterOn(t, h, topo)
 	cli := connect(t, h, c.Endpoints(), router.Hybrid)
-	ctx := context.Background()
-	leader, _ := c.Leader(ctx)
-	waitLeaderKnown(t, cli, c, leader)
+	leader := knownLeader(t, cli, c)
 	far := 2
 	if topo.Zones[far] == topo.ClientZone || far == leader {
 		t.Fatalf("member %d is not a far follower (zones %v, leader %d)", far, topo.Zones, leader)

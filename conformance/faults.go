@@ -440,13 +440,8 @@ func testFrozenLeaderSession(t *testing.T, h Harness) {
 	if err := cli.Put(ctx, "frozenleader/key", "ready"); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case v := <-events:
-		if v != "ready" {
-			t.Fatalf("watch delivered %q, want %q", v, "ready")
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("watch did not deliver the first write within 3 s")
+	if v := testutil.Receive(t, events, 3*time.Second, "the watch's event for the first write"); v != "ready" {
+		t.Fatalf("watch delivered %q, want %q", v, "ready")
 	}
 	if err := c.Pause(old); err != nil {
 		t.Fatal(err)
@@ -469,13 +464,8 @@ func testFrozenLeaderSession(t *testing.T, h Harness) {
 		wrote = time.Since(frozenAt)
 		return true
 	})
-	select {
-	case v := <-events:
-		if v != "after" {
-			t.Fatalf("watch delivered %q, want %q", v, "after")
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("watch on a follower did not deliver the write within 3 s")
+	if v := testutil.Receive(t, events, 3*time.Second, "the follower watch's event for the write"); v != "after" {
+		t.Fatalf("watch delivered %q, want %q", v, "after")
 	}
 	for time.Since(frozenAt) < 7*time.Second {
 		select {

@@ -92,11 +92,7 @@ func testGrowAndShrink(t *testing.T, h Harness) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	firstLeader, err := c.Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitLeaderKnown(t, cli, c, firstLeader)
+	knownLeader(t, cli, c)
 	seedKeys(t, cli, "members")
 
 	// The load: 4 workers, half reads, half writes of fresh keys.

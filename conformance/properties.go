@@ -27,6 +27,19 @@ func connect(t *testing.T, h Harness, endpoints []string, policy string) Client 
 }
 
 // waitLeaderKnown waits until the client's router pins writes to want.
+// knownLeader returns c's leader once cli's router has learned it.
+func knownLeader(t *testing.T, cli Client, c Cluster) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLeaderKnown(t, cli, c, leader)
+	return leader
+}
+
 func waitLeaderKnown(t *testing.T, cli Client, c Cluster, want int) {
 	t.Helper()
 	ep := c.Endpoints()[want]
@@ -106,11 +119,7 @@ func hybridSetup(t *testing.T, h Harness) (Cluster, Client, int) {
 	t.Helper()
 	c := h.NewCluster(t, 3)
 	cli := connect(t, h, c.Endpoints(), router.Hybrid)
-	leader, err := c.Leader(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitLeaderKnown(t, cli, c, leader)
+	leader := knownLeader(t, cli, c)
 	return c, cli, leader
 }
 
@@ -137,8 +146,7 @@ func testTxn(t *testing.T, h Harness) {
 	if !ok {
 		t.Skip("backend has no transactions")
 	}
-	leader, _ := c.Leader(context.Background())
-	waitLeaderKnown(t, cli, c, leader)
+	leader := knownLeader(t, cli, c)
 	before := servedAll(t, c)
 	run(t, 300, func(ctx context.Context, i int) error { return tc.ReadOnlyTxn(ctx, fmt.Sprintf("txn/%d", i)) })
 	mid := servedAll(t, c)
@@ -168,11 +176,7 @@ func testLeaderChange(t *testing.T, h Harness, kill bool) {
 	c := h.NewCluster(t, 3)
 	cli := connect(t, h, c.Endpoints(), router.Hybrid)
 	ctx := context.Background()
-	old, err := c.Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitLeaderKnown(t, cli, c, old)
+	old := knownLeader(t, cli, c)
 	l := startLoad(t, cli, 4, 0.5, "change")
 	testutil.Poll(t, 10*time.Second, "load under way", func() bool { return len(l.ackedWrites()) > 50 })
 
@@ -187,7 +191,8 @@ func testLeaderChange(t *testing.T, h Harness, kill bool) {
 	// t0: the first moment the servers agree on a new leader.
 	var next int
 	testutil.Poll(t, 15*time.Second, "a new leader", func() bool {
-		next, err = c.Leader(ctx)
+		now, err := c.Leader(ctx)
+		next = now
 		return err == nil && next != old
 	})
 	t0 := time.Now()
@@ -289,9 +294,7 @@ func windowShare(cli Client, i int, window time.Duration) float64 {
 func testDegraded(t *testing.T, h Harness, policy string) {
 	c := h.NewCluster(t, 3)
 	cli := connect(t, h, c.Endpoints(), policy)
-	ctx := context.Background()
-	leader, _ := c.Leader(ctx)
-	waitLeaderKnown(t, cli, c, leader)
+	leader := knownLeader(t, cli, c)
 	slow := (leader + 1) % 3 // the same-zone follower in the default topology
 	startLoad(t, cli, 4, 0.8, "degraded")
 	testutil.Poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[slow].Reads() > 100 })

@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/oproute/oproute/backends/etcd"
@@ -96,6 +97,20 @@ func newClient(t *testing.T, c *testbed.EtcdCluster, opts ...etcd.Option) *etcd.
 		return ready(), fmt.Sprintf("%+v", cli.Stats())
 	})
 	return cli
+}
+
+// observedClient is a client of c whose zap logger records what it logs at
+// level and above; unlike newClient it does not wait for the client to be
+// ready, so start-up is observed too.
+func observedClient(t *testing.T, c *testbed.EtcdCluster, level zapcore.Level) (*etcd.Client, *observer.ObservedLogs) {
+	t.Helper()
+	core, logs := observer.New(level)
+	cli, err := etcd.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.New(core), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli, logs
 }
 
 // allProbed reports whether every member of cli's router has answered a
@@ -464,12 +479,7 @@ func TestFleetStreams(t *testing.T) {
 // one is logged.
 func TestProbesDoNotWarnWhileConnecting(t *testing.T) {
 	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
-	core, logs := observer.New(zap.WarnLevel)
-	cli, err := etcd.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.New(core), DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli, logs := observedClient(t, c, zap.WarnLevel)
 	probeWarnings := func() (all, notReady int) {
 		for _, e := range logs.All() {
 			if ctx := fmt.Sprint(e.ContextMap()); strings.Contains(ctx, "Maintenance/Status") {
@@ -508,12 +518,7 @@ func TestProbesDoNotWarnWhileConnecting(t *testing.T) {
 // client's zap logger.
 func TestMetricsAndEvents(t *testing.T) {
 	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
-	core, logs := observer.New(zap.InfoLevel)
-	cli, err := etcd.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.New(core), DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli, logs := observedClient(t, c, zap.InfoLevel)
 	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(cli.Collector()); err != nil {
 		t.Fatal(err)
@@ -616,13 +621,8 @@ func TestEndpointsFollowed(t *testing.T) {
 	if _, err := cli.Put(ctx, "w", "after"); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case resp := <-wch:
-		if len(resp.Events) != 1 || string(resp.Events[0].Kv.Value) != "after" {
-			t.Fatalf("moved watch delivered %+v, want the put of %q", resp, "after")
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("the moved watch delivered nothing within 3 s")
+	if resp := testutil.Receive(t, wch, 3*time.Second, "the moved watch"); len(resp.Events) != 1 || string(resp.Events[0].Kv.Value) != "after" {
+		t.Fatalf("moved watch delivered %+v, want the put of %q", resp, "after")
 	}
 	beforeR, beforeP := counts("etcdserverpb.KV/Range"), counts("etcdserverpb.KV/Put")
 	for n := range 100 {
@@ -694,6 +694,13 @@ func TestUnixEndpoints(t *testing.T) {
 	if _, err := cli.Put(ctx, "k", "v"); err != nil {
 		t.Fatal(err)
 	}
+	expectReadsSpread(ctx, t, c, cli, "over unix sockets")
+}
+
+// expectReadsSpread reads 300 times through cli and fails unless each of
+// c's three members served about a third of them by its own /metrics.
+func expectReadsSpread(ctx context.Context, t *testing.T, c *testbed.EtcdCluster, cli *etcd.Client, when string) {
+	t.Helper()
 	before := served(t, c, "etcdserverpb.KV/Range")
 	for range 300 {
 		if _, err := cli.Get(ctx, "k"); err != nil {
@@ -703,7 +710,7 @@ func TestUnixEndpoints(t *testing.T) {
 	after := served(t, c, "etcdserverpb.KV/Range")
 	for i := range after {
 		if n := after[i] - before[i]; n < 80 {
-			t.Errorf("m%d served %d of 300 reads over its unix socket, want about a third (%v → %v)", i, n, before, after)
+			t.Errorf("%s: m%d served %d of 300 reads, want about a third (%v → %v)", when, i, n, before, after)
 		}
 	}
 }
@@ -739,18 +746,7 @@ func TestAdvertisedURLsDiffer(t *testing.T) {
 			}
 			return live == 3 && st.Leader != ""
 		})
-		before := served(t, c, "etcdserverpb.KV/Range")
-		for range 300 {
-			if _, err := cli.Get(ctx, "k"); err != nil {
-				t.Fatal(err)
-			}
-		}
-		after := served(t, c, "etcdserverpb.KV/Range")
-		for i := range after {
-			if n := after[i] - before[i]; n < 80 {
-				t.Errorf("%s: m%d served %d of 300 reads, want about a third", when, i, n)
-			}
-		}
+		expectReadsSpread(ctx, t, c, cli, when)
 	}
 	spread("as configured")
 	if err := cli.Sync(ctx); err != nil {

@@ -1,19 +1,17 @@
-package conformance
+package testutil
 
 import (
-	"testing"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Metric returns the value of the one series of name whose labels include
 // the given name/value pairs, from g: a counter's or gauge's value, a
 // histogram's sample count. It fails t if there is none.
-func Metric(t testing.TB, g prometheus.Gatherer, name string, labels ...string) float64 {
+func Metric(t T, g prometheus.Gatherer, name string, labels ...string) float64 {
 	t.Helper()
 	mfs, err := g.Gather()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("gathering %s: %v", name, err)
 	}
 	for _, mf := range mfs {
 		if mf.GetName() != name {

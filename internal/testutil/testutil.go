@@ -1,6 +1,7 @@
 // Package testutil holds the helpers the project's tests share: polling
 // with a deadline (never a sleep standing in for synchronisation), a
-// logger that discards, the process's CPU time. It imports nothing of the
+// receive with a deadline, a logger that discards, the process's CPU time,
+// one series' value from a Prometheus gatherer. It imports nothing of the
 // project's.
 package testutil
 
@@ -77,4 +78,23 @@ func MedianTime(t T, n int, op func() error) time.Duration {
 	}
 	slices.Sort(ds)
 	return ds[n/2]
+}
+
+// Receive returns the next value from ch, failing t if none arrives within
+// the given time or ch is closed.
+func Receive[V any](t T, ch <-chan V, within time.Duration, what string) V {
+	t.Helper()
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	select {
+	case v, ok := <-ch:
+		if !ok {
+			t.Fatalf("%s: channel closed", what)
+		}
+		return v
+	case <-timer.C:
+		t.Fatalf("%s: nothing within %v", what, within)
+	}
+	var none V
+	return none
 }
