@@ -74,7 +74,9 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 // them (benched ones left out), the most severe first:
 //   - latency: read latency (readSignalLocked; ≥ MinSamples samples,
 //     censored ones included) above EjectRatio × the median of the judged
-//     members' and by more than MinEjectGap, at EjectRounds rounds in a row;
+//     members' and by more than MinEjectGap, at EjectRounds rounds in a row,
+//     counting no round in which reads failed or stalled (were cut far
+//     above the median) on most members within FailureWindow;
 //   - failures: ConsecutiveFailures failed reads in a row while most other
 //     members are not failing (a cluster-wide failure, an election, ejects
 //     nobody), or a failure share over FailureWindow that exceeds the
@@ -133,22 +135,26 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 	}
 	shares := map[int]float64{}
 	failing := 0  // reachable members with a read failure streak
-	troubled := 0 // reachable members with a failed read in the window
+	troubled := 0 // reachable members with a failed or stalled read in the window
 	for _, i := range reachable {
 		h := r.roster().health[i]
-		reads, fails := h.window.delta()
+		reads, fails, stalls := h.window.delta()
 		if reads >= uint64(r.cfg.MinSamples) {
 			shares[i] = float64(fails) / float64(reads)
 		}
-		if fails > 0 {
+		if fails > 0 || stalls > 0 {
 			troubled++
 		}
 		if h.readFailStreak.Load() > 0 {
 			failing++
 		}
 	}
-	// Reads failing on most members (an election, the whole cluster
-	// stalled) slow every member, a far one most: no latency evidence.
+	// Reads failing or stalling on most members (an election, the whole
+	// cluster or the client itself stalled) slow every member, a far one
+	// most: no latency evidence. A stall that held up every caller cuts
+	// their reads over the next rounds, more of them on the members
+	// where reads take longest; judged one round at a time, those cuts
+	// would eject a healthy far member.
 	clusterTrouble := 2*troubled > len(reachable)
 
 	type candidate struct {
@@ -332,19 +338,21 @@ func (r *Router) readmitLocked(h *memberHealth, median time.Duration, now time.T
 }
 
 // failureWindow keeps, at each probe round, a member's cumulative read
-// picks and read failures, so that a share can be taken over the last
-// FailureWindow of time (rounds come faster when something asks for one).
+// picks, read failures and stalled reads, so that a share can be taken
+// over the last FailureWindow of time (rounds come faster when something
+// asks for one).
 type failureWindow struct {
-	at           []time.Time // oldest first
-	reads, fails []uint64
+	at                   []time.Time // oldest first
+	reads, fails, stalls []uint64
 }
 
 // push records a round's counts and forgets the ones that fall out of span
 // (keeping one at or before its start).
-func (w *failureWindow) push(now time.Time, reads, fails uint64, span time.Duration) {
+func (w *failureWindow) push(now time.Time, reads, fails, stalls uint64, span time.Duration) {
 	w.at = append(w.at, now)
 	w.reads = append(w.reads, reads)
 	w.fails = append(w.fails, fails)
+	w.stalls = append(w.stalls, stalls)
 	n := 0
 	for n+1 < len(w.at) && !w.at[n+1].After(now.Add(-span)) {
 		n++
@@ -353,18 +361,19 @@ func (w *failureWindow) push(now time.Time, reads, fails uint64, span time.Durat
 		w.at = append(w.at[:0], w.at[n:]...)
 		w.reads = append(w.reads[:0], w.reads[n:]...)
 		w.fails = append(w.fails[:0], w.fails[n:]...)
+		w.stalls = append(w.stalls[:0], w.stalls[n:]...)
 	}
 }
 
-// delta returns the reads and failures over the window. The counts are
-// cumulative and never fall; a pair that did would read as zero, never as
-// a wrapped 2^64.
-func (w *failureWindow) delta() (reads, fails uint64) {
+// delta returns the reads, failures and stalls over the window. The
+// counts are cumulative and never fall; a pair that did would read as
+// zero, never as a wrapped 2^64.
+func (w *failureWindow) delta() (reads, fails, stalls uint64) {
 	if len(w.reads) < 2 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	n := len(w.reads) - 1
-	return sub0(w.reads[n], w.reads[0]), sub0(w.fails[n], w.fails[0])
+	return sub0(w.reads[n], w.reads[0]), sub0(w.fails[n], w.fails[0]), sub0(w.stalls[n], w.stalls[0])
 }
 
 func sub0(a, b uint64) uint64 {
@@ -380,6 +389,7 @@ func (w *failureWindow) clear() {
 		w.at = append(w.at[:0], w.at[n-1])
 		w.reads = append(w.reads[:0], w.reads[n-1])
 		w.fails = append(w.fails[:0], w.fails[n-1])
+		w.stalls = append(w.stalls[:0], w.stalls[n-1])
 	}
 }
 

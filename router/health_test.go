@@ -715,6 +715,80 @@ func TestClusterWideTroubleEjectsNobodyOnLatency(t *testing.T) {
 	}
 }
 
+// A stall that holds up every caller (the client or the whole cluster
+// starved for a few seconds) cuts their reads at the callers' deadline
+// over the next rounds, more of them on a far member, whose reads take
+// longest. This is the sequence of a failed test-bed run: the far member's
+// cuts landed in three rounds in a row, the others' in the rounds before;
+// judged round by round it was ejected at 2.1 × the median. The same cuts
+// on the far member alone are a stall of that member, and eject it.
+func TestClusterWideStallEjectsNobodyOnLatency(t *testing.T) {
+	const deadline = 2 * time.Second
+	for _, c := range []struct {
+		name        string
+		othersStall bool
+		wantEjected bool
+	}{
+		{"every member stalled", true, false},
+		{"the far member alone stalled", false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tr := newTestRouter(t, Config{EjectRounds: 3})
+			pick := func(id string) Pick {
+				p, err := tr.Pick(WithMember(context.Background(), id), LinearizableRead)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+			// round serves 100 reads per member at once (10 ms near, 11 ms
+			// on the far m2), then cuts the stuck reads given, then probes,
+			// 250 ms after the last round.
+			round := func(cut ...Pick) {
+				var near, far []Pick
+				for range 100 {
+					near = append(near, pick("m0"), pick("m1"))
+					far = append(far, pick("m2"))
+				}
+				tr.clock.Advance(10 * time.Millisecond)
+				for _, p := range near {
+					p.Done(OK)
+				}
+				tr.clock.Advance(time.Millisecond)
+				for _, p := range far {
+					p.Done(OK)
+				}
+				for _, p := range cut {
+					p.Done(CallerGaveUp)
+				}
+				tr.clock.Advance(250*time.Millisecond - 11*time.Millisecond)
+				tr.probeRound()
+			}
+			round()
+			round()              // the median is known: cuts far above it are samples
+			var far, near []Pick // reads stuck in the stall
+			for range 4 {
+				far = append(far, pick("m2"))
+			}
+			if c.othersStall {
+				near = append(near, pick("m0"), pick("m1"))
+			}
+			tr.clock.Advance(deadline - 250*time.Millisecond)
+			round(append(near, far[0])...)
+			for _, p := range far[1:] {
+				round(p)
+			}
+			m := tr.Stats().Members[2]
+			if m.Ejected != c.wantEjected {
+				t.Fatalf("far member m2 ejected %v after its stalled reads, want %v: %+v", m.Ejected, c.wantEjected, tr.Stats().Members)
+			}
+			if c.wantEjected && m.OutReason != outLatency {
+				t.Fatalf("m2 out for %q, want %q", m.OutReason, outLatency)
+			}
+		})
+	}
+}
+
 func TestOutcomesThatDoNotCountAgainstTheMember(t *testing.T) {
 	tr := newTestRouter(t, Config{})
 	for _, o := range []Outcome{AppError, CallerGaveUp, NotSent, Overloaded} {

@@ -215,6 +215,7 @@ func (r *Router) censored(h *memberHealth, p Pick, d time.Duration) {
 		return
 	}
 	h.sample(d)
+	h.readStalls.Add(1)
 	r.unsettleIfSettled()
 	if p.probing {
 		h.freshInLine.Store(0)

@@ -22,6 +22,10 @@ type memberHealth struct {
 	consecutiveFailures atomic.Int64 // any class: boltzmann's rule
 	readFailStreak      atomic.Int64 // reads only: the failure rule
 	readFails           atomic.Uint64
+	// readStalls counts reads cut by their callers far above the median
+	// (censored samples that count): with failures, what makes a window
+	// troubled.
+	readStalls atomic.Uint64
 	// freshInLine counts an ejected member's probe-share reads in a row
 	// that were in line with the others: its evidence for readmission.
 	freshInLine atomic.Int64

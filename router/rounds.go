@@ -107,8 +107,9 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64, probed bool) {
 	}
 	for i := range r.roster().health {
 		h := r.roster().health[i]
-		fails := h.readFails.Load() // first: a failure counted after it is counted in readsEnded too
-		h.window.push(now, h.readsEnded(), fails, r.cfg.FailureWindow)
+		// Failures and stalls first: one counted after them is counted in readsEnded too.
+		fails, stalls := h.readFails.Load(), h.readStalls.Load()
+		h.window.push(now, h.readsEnded(), fails, stalls, r.cfg.FailureWindow)
 	}
 
 	ro := r.roster()

@@ -18,8 +18,8 @@ import (
 // The router as a state machine: random sequences of picks and their ends
 // (every outcome), probe rounds over a cluster that changes (leader, term,
 // members down, leaderless, not serving, lagging, probe RTTs), SetMembers
-// (adds, retirements, the leader retired), Busy and its end, hedge choices
-// and time passing, on an injected clock. After every step the invariants
+// (adds, retirements, the leader retired), Busy and its end, hedge choices,
+// stalls that cut every member's reads, and time passing, on an injected clock. After every step the invariants
 // hold (checkInvariants) and Pick does not panic for any class.
 //
 // Budget in CI: rapid's default 100 sequences of 20–150 steps each. A longer
@@ -311,6 +311,51 @@ func (m *machine) hedge(t *rapid.T) {
 	}
 }
 
+// stall holds up a read on every reachable member for a caller's
+// deadline (the client or the whole cluster starved) and cuts them all,
+// then runs a round: while most members' reads stalled, no member leaves
+// the pool on latency.
+func (m *machine) stall(t *rapid.T) {
+	m.r.mu.Lock()
+	reachable := slices.Clone(m.r.snap.Load().reachable)
+	m.r.mu.Unlock()
+	ro := m.r.roster()
+	before := make([]uint64, len(ro.health))
+	wasOut := make([]bool, len(ro.health))
+	var stuck []Pick
+	for i, h := range ro.health {
+		before[i], wasOut[i] = h.readStalls.Load(), h.ejected
+	}
+	for _, i := range reachable {
+		p, err := m.r.Pick(WithMember(context.Background(), ro.members[i].ID), LinearizableRead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stuck = append(stuck, p)
+	}
+	m.clock.Advance(time.Duration(rapid.IntRange(1, 5).Draw(t, "stall s")) * time.Second)
+	for _, p := range stuck {
+		p.Done(CallerGaveUp)
+	}
+	stalled := 0
+	for _, i := range reachable {
+		if ro.health[i].readStalls.Load() > before[i] {
+			stalled++
+		}
+	}
+	m.r.round(context.Background(), true)
+	if 2*stalled <= len(reachable) {
+		return
+	}
+	m.r.mu.Lock()
+	defer m.r.mu.Unlock()
+	for i, h := range m.r.roster().health {
+		if i < len(wasOut) && h.ejected && !wasOut[i] && h.ejectWhy == outLatency {
+			t.Fatalf("member %d ejected on latency in a round after reads stalled on %d of %d reachable members", i, stalled, len(reachable))
+		}
+	}
+}
+
 // observeTerm reports a term a response carried: older, the same or newer
 // than the cluster's.
 func (m *machine) observeTerm(t *rapid.T) {
@@ -348,7 +393,7 @@ func (m *machine) steps(t *rapid.T, n int) {
 	actions := map[string]func(*rapid.T){
 		"pick": m.pick, "done": m.done, "burst": m.burst, "probe": m.probe, "change": m.change,
 		"setMembers": m.setMembers, "busy": m.busy, "endBusy": m.endBusy, "hedge": m.hedge, "advance": m.advance,
-		"observeTerm": m.observeTerm, "unsettle": m.unsettle,
+		"observeTerm": m.observeTerm, "unsettle": m.unsettle, "stall": m.stall,
 	}
 	names := slices.Sorted(func(yield func(string) bool) {
 		for k := range actions {
