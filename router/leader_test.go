@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/oproute/oproute/internal/testutil"
 )
 
 func TestLeaderUnknownFallsBackToRoundRobin(t *testing.T) {
@@ -23,6 +21,10 @@ func TestLeaderUnknownFallsBackToRoundRobin(t *testing.T) {
 
 func TestFailedLeaderWriteClearsLeaderAtOnce(t *testing.T) {
 	tr := newTestRouter(t, Config{})
+	// The test drives the re-probe: a background round between the failure
+	// and the checks below would find m1 before they look.
+	tr.cancel()
+	<-tr.done
 	p, _ := tr.Pick(context.Background(), Write)
 	if p.Member.ID != "m0" {
 		t.Fatalf("write went to %s, want leader m0", p.Member.ID)
@@ -37,11 +39,15 @@ func TestFailedLeaderWriteClearsLeaderAtOnce(t *testing.T) {
 	if tr.Stats().Fallbacks != 1 {
 		t.Fatal("write after the failure did not fall back")
 	}
-	// The failure asked for a re-probe; the background loop finds m1.
-	testutil.PollWhy(t, 5*time.Second, "m1 the leader after the re-probe", func() (bool, string) {
-		l := tr.Stats().Leader
-		return l == "m1", "leader " + l
-	})
+	select {
+	case <-tr.refreshc:
+	default:
+		t.Fatal("the failed pinned write asked for no re-probe")
+	}
+	tr.probeRound()
+	if l := tr.Stats().Leader; l != "m1" {
+		t.Fatalf("leader %q after the re-probe, want m1", l)
+	}
 	if got := tr.Stats().LeaderChanges; got != 1 {
 		t.Fatalf("leader changes = %d, want 1", got)
 	}
