@@ -10,6 +10,11 @@ import (
 // before the router probes at Config.StableProbeInterval.
 const SettleRounds = 8
 
+// settledFollowerRounds is how many settled probe rounds may go by without
+// a probe of a follower that serves no calls: every third one (30 s at the
+// default StableProbeInterval).
+const settledFollowerRounds = 3
+
 // stallTicks is how many rounds in a row a member may answer no call while
 // calls to it hang or are given up before that counts as evidence.
 const stallTicks = 2
@@ -29,7 +34,11 @@ type cadence struct {
 // a judgement of the reads alone on the last probes' word.
 func (r *Router) round(ctx context.Context, forced bool) {
 	if forced || r.probeDue() {
-		r.refresh(ctx)
+		var skip []bool
+		if !forced {
+			skip = r.settledSkip()
+		}
+		r.probeRound(ctx, skip)
 		return
 	}
 	r.apply(nil, r.forgets.Load(), false)
@@ -45,6 +54,32 @@ func (r *Router) probeDue() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return !r.cfg.Clock.Now().Before(r.nextProbe)
+}
+
+// settledSkip returns the members a round the settled cadence asks for
+// need not probe (nil when the router is not settled or evidence is
+// pending: every member then). The leader is always probed: its answer is
+// what shows a leader change to a client with no traffic. So is a member
+// that was picked for calls since its last probe (reads there depend on
+// its lag and its leader), and every member once in settledFollowerRounds
+// settled rounds. An idle client's settled rounds then cost the cluster
+// little more than one probe, of the leader.
+func (r *Router) settledSkip() []bool {
+	if !r.settled.Load() || r.evidence.Load() {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ro := r.snap.Load(), r.roster()
+	skip := make([]bool, len(ro.members))
+	for i, h := range ro.health {
+		if ro.retired[i] || i == s.leader || h.picks() != h.picksAtProbe || h.settledSkips+1 >= settledFollowerRounds {
+			continue
+		}
+		skip[i] = true
+		h.settledSkips++
+	}
+	return skip
 }
 
 // Unsettle tells the router of evidence that leadership or a member's

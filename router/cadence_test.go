@@ -2,6 +2,8 @@ package router
 
 import (
 	"context"
+	"maps"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -63,19 +65,76 @@ func (tr testRouter) expectUnsettled(t *testing.T, why string) {
 	}
 }
 
+// Settled and idle, a round probes the leader (whose answer shows a leader
+// change) and each follower only every settledFollowerRounds rounds.
 func TestSettledRouterProbesRarely(t *testing.T) {
 	tr := newCadenceRouter(t)
 	tr.settle(t)
-	start, probes := tr.clock.Now(), tr.cluster.probes()
+	start := tr.clock.Now()
+	before := tr.cluster.probesOf()
 	for tr.clock.Now().Sub(start) < 10*time.Minute {
 		tr.tick()
 	}
-	rounds := (tr.cluster.probes() - probes) / 3
-	// One round per 8–12 s (the jitter), give or take the one under way.
-	if rounds < 600/12 || rounds > 600/8+1 {
-		t.Fatalf("%d probe rounds in 10 minutes settled, want one per 8–12 s", rounds)
+	after := tr.cluster.probesOf()
+	// One round per 8–12 s (the jitter), give or take the one under way,
+	// for the leader; one in settledFollowerRounds of those for a follower.
+	lo, hi := 600/12, 600/8+1
+	for id, want := range map[string][2]int{"m0": {lo, hi}, "m1": {lo / settledFollowerRounds, hi/settledFollowerRounds + 1}, "m2": {lo / settledFollowerRounds, hi/settledFollowerRounds + 1}} {
+		if n := after[id] - before[id]; n < want[0] || n > want[1] {
+			t.Errorf("%s probed %d times in 10 minutes settled, want %d–%d", id, n, want[0], want[1])
+		}
 	}
-	t.Logf("%d probe rounds in 10 minutes settled (%.2f probes a second)", rounds, float64(3*rounds)/600)
+	t.Logf("probes in 10 minutes settled: %v", tr.cluster.probesOf())
+}
+
+func (f *fakeCluster) probesOf() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.byID)
+}
+
+// A follower that serves calls is probed every settled round: its reads
+// depend on its lag and its leader.
+func TestSettledRouterProbesFollowersInUse(t *testing.T) {
+	tr := newCadenceRouter(t)
+	tr.settle(t)
+	start := tr.clock.Now()
+	before := tr.cluster.probesOf()
+	for tr.clock.Now().Sub(start) < 10*time.Minute {
+		p, err := tr.Pick(WithMember(context.Background(), "m1"), StaleRead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Done(OK)
+		tr.tick()
+	}
+	if !tr.settled.Load() {
+		t.Fatal("reads in line unsettled the router")
+	}
+	after := tr.cluster.probesOf()
+	leader, inUse, idle := after["m0"]-before["m0"], after["m1"]-before["m1"], after["m2"]-before["m2"]
+	if inUse != leader || idle > leader/settledFollowerRounds+1 {
+		t.Fatalf("probes in 10 minutes settled: leader %d, follower in use %d (want the leader's), idle follower %d (want a third of it)", leader, inUse, idle)
+	}
+}
+
+// A settled round that probes the leader alone must not read the
+// followers' old applied indexes against its new commit index as lag.
+func TestLeaderAloneProbedShowsNoLag(t *testing.T) {
+	tr := newCadenceRouter(t)
+	var commit atomic.Uint64
+	tr.withProbe(func(m Member, res *ProbeResult) {
+		c := commit.Add(500) // 500 entries committed between any two probes
+		res.Committed, res.Applied = c, c
+	})
+	tr.settle(t)
+	start := tr.clock.Now()
+	for tr.clock.Now().Sub(start) < 2*time.Minute {
+		tr.tick()
+		if s := tr.Stats(); !s.Settled {
+			t.Fatalf("unsettled after %v settled, members %+v", tr.clock.Now().Sub(start), s.Members)
+		}
+	}
 }
 
 func TestEvidenceUnsettles(t *testing.T) {

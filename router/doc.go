@@ -111,7 +111,12 @@
 // calls and finishing none for two rounds), for SettleRounds probe
 // rounds in a row. Settled, it probes every StableProbeInterval,
 // jittered by ±20 % so that a fleet does not probe in step, and still
-// judges reads every ProbeInterval. Evidence ends it at once, with a probe
+// judges reads every ProbeInterval. A settled round probes the leader
+// (whose answer shows a leader change), every member picked for calls
+// since its last probe, and the rest once in three settled rounds: an
+// idle client then costs the cluster little more than one probe per
+// interval. The lag rule judges a member only on a probe of the same
+// round as the leader's. Evidence ends it at once, with a probe
 // round at the next turn: a failed call, a read cut far above the median,
 // a stalled member, a response at a newer term (ObserveTerm: etcd's
 // response headers, a ZooKeeper write's zxid), a broken connection or lost
@@ -120,8 +125,8 @@
 // client with traffic at once, from its calls. What only probes tell (a
 // member without a leader, at an older term, or lagging) is seen at once
 // when linearizable reads there hang or fail, and at the next stable probe
-// (within 12 s) when the client's calls there go on being answered (stale
-// reads only).
+// after the client's first call there (within 12 s) when its calls go on
+// being answered (stale reads only).
 //
 // # Concurrency
 //

@@ -51,7 +51,7 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 			why = outNoLeader
 		case leader >= 0 && res.Term > 0 && res.Term < leaderTerm:
 			why = outOldTerm
-		case committed > 0 && res.Applied > 0 && committed > res.Applied && committed-res.Applied > r.cfg.MaxLag:
+		case r.laggingLocked(h, leader, committed):
 			why = outLag
 		}
 		switch h.benchWhy = why; why {
@@ -67,6 +67,20 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 		return nil // every member says the same (an election): it singles out none
 	}
 	return out
+}
+
+// laggingLocked applies the lag rule (applied index more than MaxLag
+// behind the leader's commit index) when the member's last probe and the
+// leader's are of the same round; otherwise (a settled round probed the
+// leader alone) the verdict of the last round that probed both stands, for
+// an old applied index against a new commit index is no lag. Caller must
+// hold r.mu.
+func (r *Router) laggingLocked(h *memberHealth, leader int, committed uint64) bool {
+	if leader < 0 || h.probedIn == r.roster().health[leader].probedIn {
+		applied := h.lastProbe.Applied
+		h.lagging = committed > 0 && applied > 0 && committed > applied && committed-applied > r.cfg.MaxLag
+	}
+	return h.lagging
 }
 
 // ejectionsLocked decides which reachable members are ejected from the

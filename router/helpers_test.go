@@ -36,12 +36,17 @@ type fakeCluster struct {
 	term   uint64
 	down   map[string]bool
 	calls  int
+	byID   map[string]int // calls per member
 }
 
 func (f *fakeCluster) Probe(_ context.Context, m Member) (ProbeResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
+	if f.byID == nil {
+		f.byID = map[string]int{}
+	}
+	f.byID[m.ID]++
 	if f.down[m.ID] {
 		return ProbeResult{}, errors.New("connection refused")
 	}

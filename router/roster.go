@@ -88,6 +88,14 @@ type memberHealth struct {
 	// round before.
 	stalled                  int
 	lastAnswered, lastGaveUp uint64
+	// probedIn is the probe round (r.rounds) that last probed the member;
+	// picksAtProbe its picks then, and settledSkips the settled rounds in a
+	// row that left it out (settledSkip). lagging is the lag rule's word
+	// from the last round that probed it and the leader together.
+	probedIn     uint64
+	picksAtProbe uint64
+	settledSkips int
+	lagging      bool
 
 	_ [64]byte // keep neighbours' hot counters off this cache line
 }
@@ -163,6 +171,15 @@ func (h *memberHealth) readsEnded() uint64 {
 	var n uint64
 	for _, op := range [...]Op{LinearizableRead, StaleRead} {
 		n += h.oks[op].Load() + h.errs[op].Load() + h.gaveUp[op].Load()
+	}
+	return n
+}
+
+// picks counts the calls ever picked for the member, NotSent ones taken back.
+func (h *memberHealth) picks() uint64 {
+	var n uint64
+	for op := range h.ops {
+		n += h.ops[op].Load()
 	}
 	return n
 }

@@ -33,11 +33,16 @@ type probeOutcome struct {
 	rtt       time.Duration
 	err       error
 	busyEpoch uint64 // the member's busyEpoch when the probe started
+	skipped   bool   // not probed this round (settledSkip): its last answer stands
 }
 
 // refresh probes every member concurrently, then rebuilds the snapshot:
 // reachable members, leader, read pool.
-func (r *Router) refresh(ctx context.Context) {
+func (r *Router) refresh(ctx context.Context) { r.probeRound(ctx, nil) }
+
+// probeRound probes the members concurrently, but those skip marks, then
+// rebuilds the snapshot: reachable members, leader, read pool.
+func (r *Router) probeRound(ctx context.Context, skip []bool) {
 	var outcomes []probeOutcome
 	gen := r.forgets.Load()
 	if r.cfg.Prober != nil {
@@ -47,6 +52,10 @@ func (r *Router) refresh(ctx context.Context) {
 		for i, m := range ro.members {
 			if ro.retired[i] {
 				outcomes[i].err = errRetired
+				continue
+			}
+			if i < len(skip) && skip[i] {
+				outcomes[i].skipped = true
 				continue
 			}
 			wg.Go(func() {
@@ -85,10 +94,11 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64, probed bool) {
 	now := r.cfg.Clock.Now()
 
 	for i, o := range outcomes {
-		if r.roster().retired[i] {
+		if r.roster().retired[i] || o.skipped {
 			continue
 		}
 		h := r.roster().health[i]
+		h.probedIn, h.picksAtProbe, h.settledSkips = r.rounds.Load(), h.picks(), 0
 		if h.busy.Load() > 0 || h.busyEpoch.Load() != o.busyEpoch {
 			continue // it overlapped maintenance: no evidence either way
 		}

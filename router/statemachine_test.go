@@ -19,7 +19,8 @@ import (
 // (every outcome), probe rounds over a cluster that changes (leader, term,
 // members down, leaderless, not serving, lagging, probe RTTs), SetMembers
 // (adds, retirements, the leader retired), Busy and its end, hedge choices,
-// stalls that cut every member's reads, and time passing, on an injected clock. After every step the invariants
+// stalls that cut every member's reads, calm spells that settle it, and
+// time passing, on an injected clock. After every step the invariants
 // hold (checkInvariants) and Pick does not panic for any class.
 //
 // Budget in CI: rapid's default 100 sequences of 20–150 steps each. A longer
@@ -38,7 +39,8 @@ type modelMember struct {
 
 type machine struct {
 	r       *Router
-	probes  int // calls to Probe
+	probes  int      // calls to Probe
+	probed  []string // the members the last probe step's round probed
 	clock   *fakeClock
 	mu      sync.Mutex // guards the model, read by the prober
 	model   map[string]*modelMember
@@ -54,6 +56,7 @@ func (m *machine) Probe(_ context.Context, mem Member) (ProbeResult, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.probes++
+	m.probed = append(m.probed, mem.ID)
 	mm := m.model[mem.ID]
 	if mm == nil || mm.down {
 		return ProbeResult{}, errors.New("connection refused")
@@ -189,18 +192,50 @@ func (m *machine) burst(t *rapid.T) {
 // probe runs a round; after one, the ejection flags agree with the view: a
 // member flagged ejected is out of the pool (between rounds, Busy may have
 // taken its place for a while).
-func (m *machine) probe(t *rapid.T) {
-	forced := rapid.Bool().Draw(t, "forced")
+func (m *machine) probe(t *rapid.T) { m.probeRound(t, rapid.Bool().Draw(t, "forced")) }
+
+// calm heals the model (every member up, serving, in line; the leader and
+// held calls as they are) and lets rounds pass until the router settles,
+// then runs the round the stable interval asks for: what a settled round
+// probes, and that it probes the leader.
+func (m *machine) calm(t *rapid.T) {
+	m.mu.Lock()
+	for _, mm := range m.model {
+		*mm = modelMember{rtt: time.Millisecond, read: time.Millisecond}
+	}
+	m.mu.Unlock()
+	for range 4 * SettleRounds {
+		if m.r.settled.Load() {
+			break
+		}
+		m.clock.Advance(m.r.cfg.ProbeInterval)
+		m.r.round(context.Background(), false)
+	}
+	for range rapid.IntRange(1, 2*settledFollowerRounds).Draw(t, "stable rounds") {
+		m.clock.Advance(m.r.cfg.StableProbeInterval * 13 / 10)
+		m.probeRound(t, false)
+	}
+}
+
+func (m *machine) probeRound(t *rapid.T, forced bool) {
 	settled := m.r.settled.Load() && !m.r.evidence.Load()
+	leader := m.r.snap.Load().leader
 	m.mu.Lock()
 	before := m.probes
+	m.probed = nil
 	m.mu.Unlock()
 	m.r.round(context.Background(), forced)
 	m.mu.Lock()
-	probed := m.probes > before
+	probed, who := m.probes > before, slices.Clone(m.probed)
 	m.mu.Unlock()
 	if !probed && (forced || !settled) && len(m.r.Members()) > 0 {
 		t.Fatalf("a round without probes (forced %v, settled %v): only a settled router may skip them", forced, settled)
+	}
+	if live := len(m.r.Members()); probed && (forced || !settled) && len(who) != live {
+		t.Fatalf("a round probed %v of %d live members (forced %v, settled %v): only a settled round may leave some out", who, live, forced, settled)
+	}
+	if probed && leader >= 0 && !m.r.roster().retired[leader] && !slices.Contains(who, m.r.roster().members[leader].ID) {
+		t.Fatalf("a round probed %v but not the leader %s: its answer is what shows a leader change", who, m.r.roster().members[leader].ID)
 	}
 	m.r.mu.Lock()
 	defer m.r.mu.Unlock()
@@ -393,7 +428,7 @@ func (m *machine) steps(t *rapid.T, n int) {
 	actions := map[string]func(*rapid.T){
 		"pick": m.pick, "done": m.done, "burst": m.burst, "probe": m.probe, "change": m.change,
 		"setMembers": m.setMembers, "busy": m.busy, "endBusy": m.endBusy, "hedge": m.hedge, "advance": m.advance,
-		"observeTerm": m.observeTerm, "unsettle": m.unsettle, "stall": m.stall,
+		"observeTerm": m.observeTerm, "unsettle": m.unsettle, "stall": m.stall, "calm": m.calm,
 	}
 	names := slices.Sorted(func(yield func(string) bool) {
 		for k := range actions {
