@@ -43,6 +43,8 @@ type routerEntry struct {
 	// opens short-lived connections of its own for Status, HashKV and
 	// Defragment with the same dial options, hence this balancer too.
 	connected sync.Map // *pickerBuilder → []int
+	// leader is what writes waiting for a reachable leader watch.
+	leader leaderWatch
 }
 
 // indexOf returns the router index of the member at addr.
@@ -190,6 +192,7 @@ func (pb *pickerBuilder) Build(info base.PickerBuildInfo) balancer.Picker {
 		pb.entry.r.Unsettle()
 	}
 	pb.ready = len(ready)
+	pb.entry.leader.wake()
 	return p
 }
 

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/oproute/oproute/internal/override"
 	"github.com/oproute/oproute/router"
 )
 
@@ -157,7 +158,8 @@ type opKey struct{}
 
 // unary is the client's unary interceptor. It tags read-only Txns and
 // serializable Ranges on the context, which the picker cannot see (it gets
-// the method, not the message), and hedges reads when the router says so.
+// the method, not the message), hedges reads when the router says so, and
+// holds writes while no leader is reachable (WithLeaderWait).
 func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	op := router.Write
 	switch r := req.(type) {
@@ -171,6 +173,11 @@ func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *g
 		if txnIsReadOnly(r) {
 			op = router.LinearizableRead
 			ctx = context.WithValue(ctx, opKey{}, op)
+		}
+	}
+	if op == router.Write && classifyMethod(method) == router.Write && !override.Any(ctx) {
+		if err := c.awaitLeader(ctx, c.leaderWait); err != nil {
+			return err // not sent
 		}
 	}
 	var err error

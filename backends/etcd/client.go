@@ -41,6 +41,7 @@ type Client struct {
 	entry       atomic.Pointer[routerEntry] // the balancer's view, for the prober
 	zones       map[string]string           // WithZones, for endpoints added later
 	endpoints   []string                    // the endpoints the router's members follow; probing goroutine only
+	leaderWait  time.Duration               // WithLeaderWait
 }
 
 // Sentinel errors, besides the router's (router.ErrDuplicateMember,
@@ -63,6 +64,7 @@ type options struct {
 	members.Options
 	connsPerMember int
 	events         *slog.Logger
+	leaderWait     time.Duration
 }
 
 // Option configures New.
@@ -146,12 +148,15 @@ var clientSeq atomic.Uint64
 // member has answered a probe) and fails with ErrUnreachable if no member
 // answers in time.
 func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
-	o := options{connsPerMember: pool.DefaultSize}
+	o := options{connsPerMember: pool.DefaultSize, leaderWait: DefaultLeaderWait}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.connsPerMember < 1 || o.connsPerMember > 64 {
 		return nil, fmt.Errorf("%w: %d connections per member, want 1..64", router.ErrInvalidConfig, o.connsPerMember)
+	}
+	if o.leaderWait < 0 {
+		return nil, fmt.Errorf("%w: leader wait %v, want ≥ 0", router.ErrInvalidConfig, o.leaderWait)
 	}
 	if len(cfg.Endpoints) == 0 {
 		return nil, ErrNoEndpoints
@@ -161,7 +166,7 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 
-	c := &Client{id: "c" + strconv.FormatUint(clientSeq.Add(1), 10), zones: o.Zones, endpoints: slices.Clone(cfg.Endpoints)}
+	c := &Client{id: "c" + strconv.FormatUint(clientSeq.Add(1), 10), zones: o.Zones, endpoints: slices.Clone(cfg.Endpoints), leaderWait: o.leaderWait}
 	c.streams = newStreams(func() *router.Router { return c.routerReady.Load() })
 	rcfg := o.Config(router.Config{Policy: router.Hybrid})
 	rcfg.Members, rcfg.Prober = ms, router.ProberFunc(c.probe)
@@ -175,6 +180,9 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 	rcfg.OnRefresh = func() {
 		c.followEndpoints()
 		c.streams.moveOff()
+		if e := c.entry.Load(); e != nil {
+			e.leader.wake() // the round may have named a leader
+		}
 		if userRefresh != nil {
 			userRefresh()
 		}
@@ -185,7 +193,7 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 	}
 	c.router = r
 	c.routerReady.Store(r)
-	entry := &routerEntry{r: r, connsPerMember: o.connsPerMember}
+	entry := &routerEntry{r: r, connsPerMember: o.connsPerMember, leader: newLeaderWatch()}
 	entry.byAddr.Store(&byAddr)
 	c.entry.Store(entry)
 	routers.Store(c.id, entry)
@@ -405,6 +413,9 @@ func (c *Client) Stats() router.Stats { return c.router.Stats() }
 func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
+	}
+	if e := c.entry.Load(); e != nil {
+		e.leader.close()
 	}
 	err := c.Client.Close()
 	c.router.Close()

@@ -69,6 +69,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"same address twice", []string{"127.0.0.1:2379", "http://127.0.0.1:2379"}, nil, router.ErrDuplicateMember},
 		{"unknown policy", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithPolicy("fastest")}, router.ErrUnknownPolicy},
 		{"zero conns", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithConnsPerMember(0)}, router.ErrInvalidConfig},
+		{"negative leader wait", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithLeaderWait(-time.Second)}, router.ErrInvalidConfig},
 		{"nonsense ratio", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithRouterConfig(func(c *router.Config) { c.EjectRatio = -3 })}, router.ErrInvalidConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

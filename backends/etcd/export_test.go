@@ -2,3 +2,9 @@ package etcd
 
 // What the external tests (package etcd_test) need of the unexported.
 var TxnIsReadOnly = txnIsReadOnly
+
+// WaitingWrites is how many writes wait for a reachable leader.
+func WaitingWrites(c *Client) int { return int(c.entry.Load().leader.waiters.Load()) }
+
+// LeaderReachable reports whether a write would find a reachable leader now.
+func LeaderReachable(c *Client) bool { return c.entry.Load().leaderReachable() }

@@ -1,0 +1,119 @@
+package etcd_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oproute/oproute/backends/etcd"
+	"github.com/oproute/oproute/internal/testutil"
+	"github.com/oproute/oproute/testbed"
+)
+
+// Writes sent while the cluster elects a new leader (the old one
+// SIGKILLed) wait for it instead of going to a follower, which would
+// forward them to the dead leader and hold them until the caller's
+// deadline: a write fails only if it was in flight at the kill.
+func TestWritesWaitOutAnElection(t *testing.T) {
+	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
+	cli := newClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	old, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers, pace, deadline = 8, 50 * time.Millisecond, 2 * time.Second
+	var acked, failed atomic.Int64
+	var okStarted [writers]atomic.Int64 // each writer's last acknowledged write's start, unix ns
+	var mu sync.Mutex
+	var errs []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range 2000 { // bounded: 100 s at the pace
+				select {
+				case <-stop:
+					return
+				case <-time.After(pace): // the load's pace, not synchronisation
+				}
+				wctx, wcancel := context.WithTimeout(ctx, deadline)
+				start := time.Now()
+				_, err := cli.Put(wctx, fmt.Sprintf("wait/%d/%d", w, i), "v")
+				wcancel()
+				if err != nil {
+					failed.Add(1)
+					mu.Lock()
+					errs = append(errs, fmt.Sprintf("writer %d at %s after %v: %v", w, start.Format("15:04:05.000"), time.Since(start).Round(time.Millisecond), err))
+					mu.Unlock()
+					continue
+				}
+				acked.Add(1)
+				okStarted[w].Store(start.UnixNano())
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	testutil.Poll(t, 10*time.Second, "writes flowing", func() bool { return acked.Load() >= 5*writers })
+	killed := time.Now()
+	if err := c.Kill(old); err != nil {
+		t.Fatal(err)
+	}
+	var now int
+	testutil.Poll(t, 30*time.Second, "a new leader", func() bool { now, err = c.Leader(ctx); return err == nil && now != old })
+	elected := time.Now()
+	// Every writer acknowledged a write it started after the election: what
+	// it held or sent before has ended, and failed counts it.
+	testutil.Poll(t, 10*time.Second+deadline, "every writer writing again", func() bool {
+		for w := range okStarted {
+			if okStarted[w].Load() < elected.UnixNano() {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("leader m%d killed, m%d elected %v later, every writer writing again %v after that", old, now, elected.Sub(killed).Round(time.Millisecond), time.Since(elected).Round(time.Millisecond))
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d writes failed: %v", failed.Load(), errs)
+	if failed.Load() > 2 {
+		t.Fatalf("%d of %d writers' writes failed across the election, want at most 2 (in flight at the kill): %v", failed.Load(), writers, errs)
+	}
+}
+
+// A write waiting for a leader ends when the client closes, at once, with
+// an error: nothing waits out its deadline behind a closed client.
+func TestCloseReleasesWaitingWrites(t *testing.T) {
+	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
+	cli := newClient(t, c)
+	ctx := context.Background()
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "wait/first", "v"); err != nil { // a leader found: one lost is waited for
+		t.Fatal(err)
+	}
+	for _, i := range []int{leader, (leader + 1) % 3} { // no quorum: no leader to wait for
+		if err := c.Kill(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Poll(t, 10*time.Second, "the leader's connection down", func() bool { return !etcd.LeaderReachable(cli) })
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := cli.Put(wctx, "wait/closed", "v"); done <- err }()
+	testutil.Poll(t, 10*time.Second, "the write waiting for a leader", func() bool { return etcd.WaitingWrites(cli) == 1 })
+	start := time.Now()
+	cli.Close()
+	err = testutil.Receive(t, done, 5*time.Second, "the waiting write's end")
+	if err == nil {
+		t.Fatal("a write behind a closed client with no leader succeeded")
+	}
+	t.Logf("the waiting write ended %v after Close: %v", time.Since(start).Round(time.Millisecond), err)
+}
