@@ -41,7 +41,7 @@ type leaderWatch struct {
 	// cluster is forwarded to its leader.
 	seen atomic.Bool
 	stop chan struct{} // closed when the client closes
-	once   sync.Once
+	once sync.Once
 }
 
 func newLeaderWatch() leaderWatch { return leaderWatch{stop: make(chan struct{})} }
