@@ -69,13 +69,7 @@ func (tr testRouter) expectUnsettled(t *testing.T, why string) {
 // change) and each follower only every settledFollowerRounds rounds.
 func TestSettledRouterProbesRarely(t *testing.T) {
 	tr := newCadenceRouter(t)
-	tr.settle(t)
-	start := tr.clock.Now()
-	before := tr.cluster.probesOf()
-	for tr.clock.Now().Sub(start) < 10*time.Minute {
-		tr.tick()
-	}
-	after := tr.cluster.probesOf()
+	before, after := tr.settledFor(t, 10*time.Minute, func() {})
 	// One round per 8–12 s (the jitter), give or take the one under way,
 	// for the leader; one in settledFollowerRounds of those for a follower.
 	lo, hi := 600/12, 600/8+1
@@ -85,6 +79,20 @@ func TestSettledRouterProbesRarely(t *testing.T) {
 		}
 	}
 	t.Logf("probes in 10 minutes settled: %v", tr.cluster.probesOf())
+}
+
+// settledFor settles the router, then ticks for d, calling each before
+// every tick, and returns the probes per member before and after.
+func (tr testRouter) settledFor(t *testing.T, d time.Duration, each func()) (before, after map[string]int) {
+	t.Helper()
+	tr.settle(t)
+	start := tr.clock.Now()
+	before = tr.cluster.probesOf()
+	for tr.clock.Now().Sub(start) < d {
+		each()
+		tr.tick()
+	}
+	return before, tr.cluster.probesOf()
 }
 
 func (f *fakeCluster) probesOf() map[string]int {
@@ -97,21 +105,16 @@ func (f *fakeCluster) probesOf() map[string]int {
 // depend on its lag and its leader.
 func TestSettledRouterProbesFollowersInUse(t *testing.T) {
 	tr := newCadenceRouter(t)
-	tr.settle(t)
-	start := tr.clock.Now()
-	before := tr.cluster.probesOf()
-	for tr.clock.Now().Sub(start) < 10*time.Minute {
+	before, after := tr.settledFor(t, 10*time.Minute, func() {
 		p, err := tr.Pick(WithMember(context.Background(), "m1"), StaleRead)
 		if err != nil {
 			t.Fatal(err)
 		}
 		p.Done(OK)
-		tr.tick()
-	}
+	})
 	if !tr.settled.Load() {
 		t.Fatal("reads in line unsettled the router")
 	}
-	after := tr.cluster.probesOf()
 	leader, inUse, idle := after["m0"]-before["m0"], after["m1"]-before["m1"], after["m2"]-before["m2"]
 	if inUse != leader || idle > leader/settledFollowerRounds+1 {
 		t.Fatalf("probes in 10 minutes settled: leader %d, follower in use %d (want the leader's), idle follower %d (want a third of it)", leader, inUse, idle)
