@@ -313,6 +313,17 @@ type FleetCase struct {
 	Move     bool // the leader moved, not killed
 }
 
+// window is how long the row's steady state is measured: a full settled
+// cycle (a settled round probes idle followers once in three, up to 36 s
+// at the default stable interval and its jitter) for the steady rows, 10 s
+// before the fault for the failover rows.
+func (fc FleetCase) window() time.Duration {
+	if fc.Failover {
+		return 10 * time.Second
+	}
+	return 40 * time.Second
+}
+
 // DefaultFleetCases are the fleet scenario's rows: idle fleets of 100 and
 // 500, 100 clients writing once a second, and 50 clients writing twice a
 // second through a leader kill and through a leader move.
@@ -357,7 +368,11 @@ func (r *Runner) RunFleets(ctx context.Context, cases []FleetCase, policies []st
 	var out []FleetResult
 	if r.opts.Progress != nil {
 		runs := len(cases) * len(policies) * trials
-		r.opts.Progress.Plan(runs, time.Duration(runs)*15*time.Second)
+		var total time.Duration
+		for _, fc := range cases {
+			total += time.Duration(len(policies)*trials) * (5*time.Second + fc.window())
+		}
+		r.opts.Progress.Plan(runs, total)
 	}
 	for _, fc := range cases {
 		for trial := range trials {
@@ -367,7 +382,7 @@ func (r *Runner) RunFleets(ctx context.Context, cases []FleetCase, policies []st
 					return out, err
 				}
 				label := fmt.Sprintf("fleet %s: %d clients, %.0f writes/s each%s, trial %d", p, fc.Clients, fc.Rate, failoverLabel(fc.Failover, fc.Move), trial+1)
-				o := FleetOptions{Policy: p, Clients: fc.Clients, Window: 10 * time.Second, Rate: fc.Rate, Failover: fc.Failover, Move: fc.Move, Settle: 5 * time.Second}
+				o := FleetOptions{Policy: p, Clients: fc.Clients, Window: fc.window(), Rate: fc.Rate, Failover: fc.Failover, Move: fc.Move, Settle: 5 * time.Second}
 				if r.opts.Progress != nil {
 					r.opts.Progress.Start(label, o.Settle+o.Window)
 				}

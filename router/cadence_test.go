@@ -223,6 +223,13 @@ func TestLeaderChangeSeenWhileSettled(t *testing.T) {
 		}
 		tr.tick()
 	}
+	// The round that saw it probed the old leader alone: the others' older
+	// answers (the old term) bench nobody.
+	for _, m := range tr.Stats().Members {
+		if m.OutReason != "" {
+			t.Fatalf("%s out of the pool (%s) on an answer older than the leader's", m.Member.ID, m.OutReason)
+		}
+	}
 	if tr.settled.Load() {
 		t.Fatal("settled right after a leader change")
 	}

@@ -45,14 +45,22 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 		res := h.lastProbe
 		why := ""
 		switch {
-		case h.busy.Load() > 0:
-			why = outBusy
+		case h.probedIn != r.rounds.Load():
+			// Not answered in this round (a settled round that left it
+			// out, a failed probe, a round that judges reads alone): an old
+			// term or applied index against the newest is no evidence. The
+			// verdict of its last answer stands.
+			why = h.probeWhy
 		case res.Leaderless:
 			why = outNoLeader
 		case leader >= 0 && res.Term > 0 && res.Term < leaderTerm:
 			why = outOldTerm
-		case r.laggingLocked(h, leader, committed):
+		case committed > 0 && res.Applied > 0 && committed > res.Applied && committed-res.Applied > r.cfg.MaxLag:
 			why = outLag
+		}
+		h.probeWhy = why
+		if h.busy.Load() > 0 {
+			why = outBusy
 		}
 		switch h.benchWhy = why; why {
 		case "":
@@ -67,20 +75,6 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 		return nil // every member says the same (an election): it singles out none
 	}
 	return out
-}
-
-// laggingLocked applies the lag rule (applied index more than MaxLag
-// behind the leader's commit index) when the member's last probe and the
-// leader's are of the same round; otherwise (a settled round probed the
-// leader alone) the verdict of the last round that probed both stands, for
-// an old applied index against a new commit index is no lag. Caller must
-// hold r.mu.
-func (r *Router) laggingLocked(h *memberHealth, leader int, committed uint64) bool {
-	if leader < 0 || h.probedIn == r.roster().health[leader].probedIn {
-		applied := h.lastProbe.Applied
-		h.lagging = committed > 0 && applied > 0 && committed > applied && committed-applied > r.cfg.MaxLag
-	}
-	return h.lagging
 }
 
 // ejectionsLocked decides which reachable members are ejected from the

@@ -88,14 +88,15 @@ type memberHealth struct {
 	// round before.
 	stalled                  int
 	lastAnswered, lastGaveUp uint64
-	// probedIn is the probe round (r.rounds) that last probed the member;
-	// picksAtProbe its picks then, and settledSkips the settled rounds in a
-	// row that left it out (settledSkip). lagging is the lag rule's word
-	// from the last round that probed it and the leader together.
+	// probedIn is the probe round (r.rounds) of the member's last answer;
+	// picksAtProbe its picks at its last probe, and settledSkips the
+	// settled rounds in a row that left it out (settledSkip). probeWhy is
+	// what its probes said (benchedLocked) at the last round that probed
+	// it and the leader together.
 	probedIn     uint64
 	picksAtProbe uint64
 	settledSkips int
-	lagging      bool
+	probeWhy     string
 
 	_ [64]byte // keep neighbours' hot counters off this cache line
 }

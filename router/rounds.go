@@ -98,7 +98,7 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64, probed bool) {
 			continue
 		}
 		h := r.roster().health[i]
-		h.probedIn, h.picksAtProbe, h.settledSkips = r.rounds.Load(), h.picks(), 0
+		h.picksAtProbe, h.settledSkips = h.picks(), 0
 		if h.busy.Load() > 0 || h.busyEpoch.Load() != o.busyEpoch {
 			continue // it overlapped maintenance: no evidence either way
 		}
@@ -110,6 +110,7 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64, probed bool) {
 		}
 		h.probeFailures = 0
 		h.lastProbe, h.probed, h.reached = o.res, true, true
+		h.probedIn = r.rounds.Load()
 		if gen >= h.forgottenAt {
 			h.forgotten = false
 		}

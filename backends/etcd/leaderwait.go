@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,9 +21,7 @@ const DefaultLeaderWait = 3 * time.Second
 // believes in and holds it until the caller's deadline, as stock clientv3's
 // writes do; a write that waits is not sent at all until a leader is
 // reachable, and a caller whose deadline ends first gets DeadlineExceeded
-// with nothing written. The wait counts from the first write that found no
-// leader, so that a cluster without a leader for long costs each write no
-// more than its own share. Default DefaultLeaderWait; 0 sends at once.
+// with nothing written. Default DefaultLeaderWait; 0 sends at once.
 func WithLeaderWait(d time.Duration) Option { return func(o *options) { o.leaderWait = d } }
 
 // leaderWatch lets writes wait for a reachable leader: the balancer and the
@@ -33,9 +30,6 @@ type leaderWatch struct {
 	mu      sync.Mutex
 	ch      chan struct{} // closed by wake
 	waiters atomic.Int32
-	// lostAt is when a write first found no reachable leader (unix ns),
-	// 0 while writes find one.
-	lostAt atomic.Int64
 	// seen: a write has found a reachable leader. Until then (a client
 	// starting) writes do not wait: one sent to any member of a healthy
 	// cluster is forwarded to its leader.
@@ -75,21 +69,13 @@ func (w *leaderWatch) wake() {
 // balancer of the client has a ready connection to it.
 func (e *routerEntry) leaderReachable() bool {
 	leader, ok := e.r.Leader()
-	if !ok {
-		return false
-	}
-	reachable := false
-	e.connected.Range(func(_, ready any) bool {
-		reachable = slices.Contains(ready.([]int), leader)
-		return !reachable
-	})
-	return reachable
+	return ok && e.isConnected(leader)
 }
 
 // awaitLeader holds a write until the client knows a leader it can reach,
-// for at most wait since a write first found none, or until ctx or the
-// client ends (then the write goes on, and fails as gRPC fails it). Only a
-// leader lost waits: before any write found one, writes go at once.
+// for at most wait, or until ctx or the client ends (then the write goes
+// on, and fails as gRPC fails it). Only a leader lost is waited for: before
+// any write found one, writes go at once.
 func (c *Client) awaitLeader(ctx context.Context, wait time.Duration) error {
 	e := c.entry.Load()
 	if e == nil || wait <= 0 {
@@ -100,9 +86,6 @@ func (c *Client) awaitLeader(ctx context.Context, wait time.Duration) error {
 		if !w.seen.Load() {
 			w.seen.Store(true)
 		}
-		if w.lostAt.Load() != 0 {
-			w.lostAt.Store(0)
-		}
 		return nil
 	}
 	if !w.seen.Load() {
@@ -110,28 +93,20 @@ func (c *Client) awaitLeader(ctx context.Context, wait time.Duration) error {
 	}
 	w.waiters.Add(1)
 	defer w.waiters.Add(-1)
-	w.lostAt.CompareAndSwap(0, time.Now().UnixNano())
+	t := time.NewTimer(wait)
+	defer t.Stop()
 	for {
 		ch := w.changed() // before the check: a change after it wakes us
 		if e.leaderReachable() {
-			w.lostAt.Store(0)
 			return nil
 		}
-		left := wait - time.Since(time.Unix(0, w.lostAt.Load()))
-		if left <= 0 {
-			return nil // waited enough: the router's fallback member
-		}
-		t := time.NewTimer(left)
 		select {
 		case <-ch:
-			t.Stop()
 		case <-t.C:
-			return nil
+			return nil // waited enough: the router's fallback member
 		case <-ctx.Done():
-			t.Stop()
 			return status.FromContextError(ctx.Err()).Err()
 		case <-w.stop:
-			t.Stop()
 			return nil
 		}
 	}

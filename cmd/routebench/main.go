@@ -250,7 +250,7 @@ func runFleet(ctx context.Context, r *bench.Runner, opts bench.Options, out, row
 			return err
 		}
 	}
-	fmt.Printf("routebench: fleet on %s (3 members), policies %v, %d trial(s) interleaved; 10 s windows after 5 s to settle\n", opts.Backend.Name(), policies, trials)
+	fmt.Printf("routebench: fleet on %s (3 members), policies %v, %d trial(s) interleaved; after 5 s to settle, 40 s windows (a full settled probe cycle), 10 s before a failover\n", opts.Backend.Name(), policies, trials)
 	res, err := r.RunFleets(ctx, cases, policies, trials)
 	opts.Progress.(*progress).close()
 	table := bench.FleetMarkdown(res)
