@@ -10,11 +10,6 @@ import (
 // before the router probes at Config.StableProbeInterval.
 const SettleRounds = 8
 
-// settledFollowerRounds is how many settled probe rounds may go by without
-// a probe of a follower that serves no calls: every third one (30 s at the
-// default StableProbeInterval).
-const settledFollowerRounds = 3
-
 // stallTicks is how many rounds in a row a member may answer no call while
 // calls to it hang or are given up before that counts as evidence.
 const stallTicks = 2
@@ -61,7 +56,7 @@ func (r *Router) probeDue() bool {
 // pending: every member then). The leader is always probed: its answer is
 // what shows a leader change to a client with no traffic. So is a member
 // that was picked for calls since its last probe (reads there depend on
-// its lag and its leader), and every member once in settledFollowerRounds
+// its lag and its leader), and every member once in IdleProbeRounds
 // settled rounds. An idle client's settled rounds then cost the cluster
 // little more than one probe, of the leader.
 func (r *Router) settledSkip() []bool {
@@ -73,7 +68,7 @@ func (r *Router) settledSkip() []bool {
 	s, ro := r.snap.Load(), r.roster()
 	skip := make([]bool, len(ro.members))
 	for i, h := range ro.health {
-		if ro.retired[i] || i == s.leader || h.picks() != h.picksAtProbe || h.settledSkips+1 >= settledFollowerRounds {
+		if ro.retired[i] || i == s.leader || h.picks() != h.picksAtProbe || (r.cfg.IdleProbeRounds > 0 && h.settledSkips+1 >= r.cfg.IdleProbeRounds) {
 			continue
 		}
 		skip[i] = true

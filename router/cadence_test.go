@@ -66,14 +66,14 @@ func (tr testRouter) expectUnsettled(t *testing.T, why string) {
 }
 
 // Settled and idle, a round probes the leader (whose answer shows a leader
-// change) and each follower only every settledFollowerRounds rounds.
+// change) and each follower only every DefaultIdleProbeRounds rounds.
 func TestSettledRouterProbesRarely(t *testing.T) {
 	tr := newCadenceRouter(t)
 	before, after := tr.settledFor(t, 10*time.Minute, func() {})
 	// One round per 8–12 s (the jitter), give or take the one under way,
-	// for the leader; one in settledFollowerRounds of those for a follower.
+	// for the leader; one in DefaultIdleProbeRounds of those for a follower.
 	lo, hi := 600/12, 600/8+1
-	for id, want := range map[string][2]int{"m0": {lo, hi}, "m1": {lo / settledFollowerRounds, hi/settledFollowerRounds + 1}, "m2": {lo / settledFollowerRounds, hi/settledFollowerRounds + 1}} {
+	for id, want := range map[string][2]int{"m0": {lo, hi}, "m1": {lo / DefaultIdleProbeRounds, hi/DefaultIdleProbeRounds + 1}, "m2": {lo / DefaultIdleProbeRounds, hi/DefaultIdleProbeRounds + 1}} {
 		if n := after[id] - before[id]; n < want[0] || n > want[1] {
 			t.Errorf("%s probed %d times in 10 minutes settled, want %d–%d", id, n, want[0], want[1])
 		}
@@ -93,6 +93,17 @@ func (tr testRouter) settledFor(t *testing.T, d time.Duration, each func()) (bef
 		tr.tick()
 	}
 	return before, tr.cluster.probesOf()
+}
+
+// With IdleProbeRounds negative, a settled idle router probes the leader
+// alone.
+func TestIdleMembersUnprobedWhenAsked(t *testing.T) {
+	tr := newCadenceRouter(t)
+	tr.cfg.IdleProbeRounds = -1
+	before, after := tr.settledFor(t, 10*time.Minute, func() {})
+	if after["m0"]-before["m0"] < 600/12 || after["m1"] != before["m1"] || after["m2"] != before["m2"] {
+		t.Fatalf("probes in 10 minutes settled: before %v, after %v; want the leader's alone", before, after)
+	}
 }
 
 func (f *fakeCluster) probesOf() map[string]int {
@@ -116,7 +127,7 @@ func TestSettledRouterProbesFollowersInUse(t *testing.T) {
 		t.Fatal("reads in line unsettled the router")
 	}
 	leader, inUse, idle := after["m0"]-before["m0"], after["m1"]-before["m1"], after["m2"]-before["m2"]
-	if inUse != leader || idle > leader/settledFollowerRounds+1 {
+	if inUse != leader || idle > leader/DefaultIdleProbeRounds+1 {
 		t.Fatalf("probes in 10 minutes settled: leader %d, follower in use %d (want the leader's), idle follower %d (want a third of it)", leader, inUse, idle)
 	}
 }

@@ -53,6 +53,14 @@ type Config struct {
 	// DefaultStableProbeInterval; a value at or below ProbeInterval probes
 	// every ProbeInterval always.
 	StableProbeInterval time.Duration
+	// IdleProbeRounds is how often, in settled probe rounds, a member is
+	// probed that is not the leader and took no calls since its last
+	// probe: once in IdleProbeRounds rounds (the leader and the members in
+	// use are probed at every settled round). Negative: never while
+	// settled (its first call makes it a member in use; a backend whose
+	// every probe is a new connection to the server, ZooKeeper's, saves
+	// the most). Default is DefaultIdleProbeRounds.
+	IdleProbeRounds int
 	// ProbeTimeout bounds one probe. Default is 500 ms.
 	ProbeTimeout time.Duration
 	// UnreachableAfter is how many consecutive failed probes take a member
@@ -185,8 +193,13 @@ type Config struct {
 const DefaultProbeInterval = 250 * time.Millisecond
 
 // DefaultStableProbeInterval is Config.StableProbeInterval's default: with
-// three members, 0.3 probes a second per client while settled.
+// three members, while settled, 0.3 probes a second per client that uses
+// every member, about 0.17 per idle client (DefaultIdleProbeRounds).
 const DefaultStableProbeInterval = 10 * time.Second
+
+// DefaultIdleProbeRounds is Config.IdleProbeRounds's default: an idle
+// member is probed every third settled round (30 s).
+const DefaultIdleProbeRounds = 3
 
 func (c *Config) setDefaults() {
 	switch c.Policy {
@@ -202,6 +215,7 @@ func (c *Config) setDefaults() {
 	}
 	orDefault(&c.ProbeInterval, DefaultProbeInterval)
 	orDefault(&c.StableProbeInterval, DefaultStableProbeInterval)
+	orDefault(&c.IdleProbeRounds, DefaultIdleProbeRounds)
 	orDefault(&c.ProbeTimeout, 500*time.Millisecond)
 	orDefault(&c.UnreachableAfter, 2)
 	orDefault(&c.Alpha, ewma.DefaultAlpha)

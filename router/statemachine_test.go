@@ -86,6 +86,7 @@ func newMachine(t *rapid.T) *machine {
 	if rapid.Bool().Draw(t, "cadence off") {
 		cfg.StableProbeInterval = cfg.ProbeInterval
 	}
+	cfg.IdleProbeRounds = rapid.SampledFrom([]int{0, 1, 3, -1}).Draw(t, "idle probe rounds")
 	if rapid.Bool().Draw(t, "short ejections") {
 		cfg.BaseEjection, cfg.MaxEjection = 100*time.Millisecond, 2*time.Second
 	}
@@ -211,7 +212,7 @@ func (m *machine) calm(t *rapid.T) {
 		m.clock.Advance(m.r.cfg.ProbeInterval)
 		m.r.round(context.Background(), false)
 	}
-	for range rapid.IntRange(1, 2*settledFollowerRounds).Draw(t, "stable rounds") {
+	for range rapid.IntRange(1, 2*DefaultIdleProbeRounds).Draw(t, "stable rounds") {
 		m.clock.Advance(m.r.cfg.StableProbeInterval * 13 / 10)
 		m.probeRound(t, false)
 	}

@@ -140,7 +140,11 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	c.srv.Store(srv)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.mem = make([]*session, len(ms))
-	rcfg := o.Config(router.Config{Policy: router.Hybrid, MinEjectGap: DefaultMinEjectGap})
+	// Idle servers are not probed while settled: each probe is a new
+	// connection the server pays for, a leader change drops every
+	// server's client connections (which the sessions see at once), and a
+	// server's first call makes it one in use, probed at every settled round.
+	rcfg := o.Config(router.Config{Policy: router.Hybrid, MinEjectGap: DefaultMinEjectGap, IdleProbeRounds: -1})
 	c.onEvent = rcfg.OnEvent
 	if c.onEvent == nil {
 		c.onEvent = router.SlogEvents(cmp.Or(o.events, slog.Default()))
