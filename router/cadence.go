@@ -57,8 +57,8 @@ func (r *Router) probeDue() bool {
 // what shows a leader change to a client with no traffic. So is a member
 // that was picked for calls since its last probe (reads there depend on
 // its lag and its leader), and every member once in IdleProbeRounds
-// settled rounds. An idle client's settled rounds then cost the cluster
-// little more than one probe, of the leader.
+// settled rounds (never, if it is negative). An idle client's settled
+// rounds then cost the cluster little more than one probe, of the leader.
 func (r *Router) settledSkip() []bool {
 	if !r.settled.Load() || r.evidence.Load() {
 		return nil

@@ -113,10 +113,11 @@
 // jittered by ±20 % so that a fleet does not probe in step, and still
 // judges reads every ProbeInterval. A settled round probes the leader
 // (whose answer shows a leader change), every member picked for calls
-// since its last probe, and the rest once in three settled rounds: an
-// idle client then costs the cluster little more than one probe per
-// interval. The lag rule judges a member only on a probe of the same
-// round as the leader's. Evidence ends it at once, with a probe
+// since its last probe, and the rest once in IdleProbeRounds settled
+// rounds (never, if negative): an idle client then costs the cluster
+// little more than one probe per interval. A member's probe verdicts (no
+// leader, older term, lag) are judged only on an answer from the round at
+// hand; one a settled round left out keeps its last. Evidence ends it at once, with a probe
 // round at the next turn: a failed call, a read cut far above the median,
 // a stalled member, a response at a newer term (ObserveTerm: etcd's
 // response headers, a ZooKeeper write's zxid), a broken connection or lost
