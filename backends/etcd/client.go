@@ -34,6 +34,7 @@ type Client struct {
 	id      string
 	current atomic.Pointer[clientv3.Client] // for the prober, which starts before New returns
 	closed  atomic.Bool
+	ended   chan struct{} // closed when endWithInner has stopped the router
 	streams *streams
 	// routerReady is router once New has it: the probe loop's hook starts
 	// before New returns.
@@ -215,6 +216,8 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 	}
 	c.Client = cli
 	c.current.Store(cli)
+	c.ended = make(chan struct{})
+	go c.endWithInner(cli)
 	r.Refresh()
 	if cfg.DialTimeout > 0 {
 		if err := c.waitReachable(cfg.DialTimeout); err != nil {
@@ -409,19 +412,32 @@ func (c *Client) Collector() prometheus.Collector { return c.router.Collector() 
 // Stats returns where operations went, the leader, ejections and fallbacks.
 func (c *Client) Stats() router.Stats { return c.router.Stats() }
 
-// Close closes the etcd client and stops the router. It is idempotent.
+// Close closes the etcd client and stops the router. It is idempotent,
+// and returns once the router's goroutines have ended.
 func (c *Client) Close() error {
 	if c.closed.Swap(true) {
+		<-c.ended
 		return nil
 	}
-	if e := c.entry.Load(); e != nil {
-		e.leader.close()
-	}
-	err := c.Client.Close()
-	c.router.Close()
-	routers.Delete(c.id)
+	err := c.Client.Close() // cancels its Ctx: endWithInner stops the router
+	<-c.ended
 	if errors.Is(err, context.Canceled) {
 		err = nil // clientv3 reports its own cancelled context on a clean close
 	}
 	return err
+}
+
+// endWithInner stops the router when the embedded clientv3 client is
+// closed, by Close or by anyone holding it: wrappers such as etcd's
+// kubernetes.Client close only the client they embed, and a router left
+// probing would be a leak per wrapper.
+func (c *Client) endWithInner(cli *clientv3.Client) {
+	defer close(c.ended)
+	<-cli.Ctx().Done()
+	c.closed.Store(true)
+	if e := c.entry.Load(); e != nil {
+		e.leader.close()
+	}
+	c.router.Close()
+	routers.Delete(c.id)
 }

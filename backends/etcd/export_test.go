@@ -8,3 +8,13 @@ func WaitingWrites(c *Client) int { return int(c.entry.Load().leader.waiters.Loa
 
 // LeaderReachable reports whether a write would find a reachable leader now.
 func LeaderReachable(c *Client) bool { return c.entry.Load().leaderReachable() }
+
+// Ended reports whether the client's router has stopped.
+func Ended(c *Client) bool {
+	select {
+	case <-c.ended:
+		return true
+	default:
+		return false
+	}
+}
