@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/v3/concurrency"
+
 	"github.com/oproute/oproute/internal/testutil"
 
 	"github.com/oproute/oproute/backends/etcd"
@@ -79,4 +81,48 @@ func TestSettledClientFollowsLeaderMoveFromResponses(t *testing.T) {
 	}
 	testutil.Poll(t, 2*time.Second, "the client follows the new leader", func() bool { return cli.Stats().Leader == c.Endpoints()[to] })
 	t.Logf("the client followed the move %v after it was done (stable probe interval 10 s)", time.Since(moved).Round(time.Millisecond))
+}
+
+// A settled client whose only traffic is a session's keep-alives keeps the
+// session through a frozen leader (SIGSTOP): keep-alives the leader leaves
+// unanswered are evidence, so the client probes, finds the new leader and
+// moves the keep-alive stream there before the lease runs out, rather than
+// at its next stable probe (10 s, past the 5 s TTL).
+func TestSettledSessionOutlivesFrozenLeader(t *testing.T) {
+	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cli := newClient(t, c)
+	s, err := concurrency.NewSession(cli.Client, concurrency.WithTTL(5), concurrency.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	testutil.Poll(t, 15*time.Second, "the client settled", func() bool { return settled(cli) })
+	old, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Pause(old); err != nil {
+		t.Fatal(err)
+	}
+	frozenAt := time.Now()
+	defer c.Resume(old)
+	// Not checked after the thaw: the old leader may then revoke the
+	// leases that expired on its own clock (see docs/limits.md).
+	var followed time.Duration // when the client named a new leader
+	for time.Since(frozenAt) < 7*time.Second {
+		select {
+		case <-s.Done():
+			t.Fatalf("session lost %v after the leader froze; the client's leader: %q", time.Since(frozenAt).Round(time.Millisecond), cli.Stats().Leader)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if l := cli.Stats().Leader; followed == 0 && l != "" && l != c.Endpoints()[old] {
+			followed = time.Since(frozenAt)
+		}
+	}
+	if followed == 0 {
+		t.Fatalf("7 s after the leader froze the client's leader is %q", cli.Stats().Leader)
+	}
+	t.Logf("leader m%d frozen: the client named the new leader after %v; session kept through 7 s", old, followed.Round(time.Millisecond))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -34,15 +35,33 @@ type trackedStream struct {
 	toLeader atomic.Bool  // leader-bound: moved only when its member is unreachable
 	cancel   context.CancelCauseFunc
 	moved    atomic.Bool
+
+	// A keep-alive stream's requests each get an answer from the leader;
+	// one left unanswered past keepAliveAnswerWithin is evidence.
+	keepAlive bool
+	sent      atomic.Uint64
+	answered  atomic.Uint64
+	watching  atomic.Bool // a check of the answers is armed
 }
+
+// keepAliveAnswerWithin is how long a keep-alive may go unanswered before
+// the router probes. The leader answers a renew from memory (it is no Raft
+// proposal), in milliseconds, but a settled router probes only every
+// StableProbeInterval (10 s), and a lease expires its TTL (often 5 s) after
+// its last answer, while the next keep-alive leaves a third of it later.
+// Half a second leaves the election and the stream's move time within the
+// rest; a false alarm costs a few probe rounds.
+const keepAliveAnswerWithin = 500 * time.Millisecond
 
 // Only the streams clientv3 reopens and resumes are moved: a Watch resumes
 // from its revision, a LeaseKeepAlive stream is simply reopened. A Snapshot
 // or RangeStream cut midway would fail its caller.
 var movableMethods = map[string]bool{
-	"/etcdserverpb.Watch/Watch":          true,
-	"/etcdserverpb.Lease/LeaseKeepAlive": true,
+	"/etcdserverpb.Watch/Watch": true,
+	keepAliveMethod:             true,
 }
+
+const keepAliveMethod = "/etcdserverpb.Lease/LeaseKeepAlive"
 
 type streamKey struct{}
 
@@ -60,7 +79,7 @@ func (ss *streams) intercept(ctx context.Context, desc *grpc.StreamDesc, cc *grp
 		return streamer(ctx, desc, cc, method, opts...)
 	}
 	sctx, cancel := context.WithCancelCause(ctx)
-	ts := &trackedStream{cancel: cancel}
+	ts := &trackedStream{cancel: cancel, keepAlive: method == keepAliveMethod}
 	ts.member.Store(-1)
 	cs, err := streamer(context.WithValue(sctx, streamKey{}, ts), desc, cc, method, opts...)
 	if err != nil {
@@ -77,7 +96,7 @@ func (ss *streams) intercept(ctx context.Context, desc *grpc.StreamDesc, cc *grp
 		delete(ss.open, ts)
 		ss.mu.Unlock()
 	})
-	return &movableStream{ClientStream: cs, ts: ts}, nil
+	return &movableStream{ClientStream: cs, ts: ts, ss: ss, ctx: sctx}, nil
 }
 
 // picked records where the stream on ctx, if any, was sent, and whether
@@ -128,12 +147,42 @@ func (ss *streams) moveOff() {
 // (which clientv3 would take for the caller's own cancel and give up).
 type movableStream struct {
 	grpc.ClientStream
-	ts *trackedStream
+	ts  *trackedStream
+	ss  *streams
+	ctx context.Context // the stream's own
+}
+
+// SendMsg arms, for a keep-alive, a check that it is answered in time: a
+// frozen leader fails nothing, it only leaves the stream silent, and a
+// settled router would not notice before the lease ran out.
+func (s *movableStream) SendMsg(m any) error {
+	if err := s.ClientStream.SendMsg(m); err != nil {
+		return err
+	}
+	if !s.ts.keepAlive {
+		return nil
+	}
+	n := s.ts.sent.Add(1)
+	if s.ts.watching.CompareAndSwap(false, true) {
+		time.AfterFunc(keepAliveAnswerWithin, func() {
+			s.ts.watching.Store(false)
+			if s.ts.answered.Load() >= n || s.ctx.Err() != nil {
+				return
+			}
+			if r := s.ss.r(); r != nil {
+				r.Unsettle()
+			}
+		})
+	}
+	return nil
 }
 
 func (s *movableStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	if err == nil {
+		if s.ts.keepAlive {
+			s.ts.answered.Add(1)
+		}
 		return nil
 	}
 	s.ts.cancel(nil) // the stream is over: release its context
