@@ -1,0 +1,53 @@
+package kubernetes
+
+import (
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/kubernetes"
+
+	"github.com/oproute/oproute/backends/etcd"
+)
+
+// What kube-apiserver sets on its etcd client (newETCD3Client in
+// k8s.io/apiserver/pkg/storage/storagebackend/factory/etcd3.go, v0.37).
+const (
+	apiServerDialTimeout      = 20 * time.Second
+	apiServerKeepAliveTime    = 30 * time.Second
+	apiServerKeepAliveTimeout = 10 * time.Second
+)
+
+// New returns a routed client for cfg in the type Kubernetes' storage
+// layer takes. Fields cfg leaves zero take kube-apiserver's values
+// (package doc); opts are backends/etcd's. Closing the client ends the
+// router.
+func New(cfg clientv3.Config, opts ...etcd.Option) (*kubernetes.Client, error) {
+	c, err := etcd.New(apiServerConfig(cfg), opts...)
+	if err != nil {
+		return nil, err // already oproute/etcd's, with its sentinels
+	}
+	return Wrap(c), nil
+}
+
+// Wrap returns c as a *kubernetes.Client: the same clientv3 client, so
+// closing either ends the router.
+func Wrap(c *etcd.Client) *kubernetes.Client {
+	kc := &kubernetes.Client{Client: c.Client}
+	kc.Kubernetes = kc
+	return kc
+}
+
+// apiServerConfig fills the fields kube-apiserver sets where cfg leaves
+// them zero.
+func apiServerConfig(cfg clientv3.Config) clientv3.Config {
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = apiServerDialTimeout
+	}
+	if cfg.DialKeepAliveTime == 0 {
+		cfg.DialKeepAliveTime = apiServerKeepAliveTime
+	}
+	if cfg.DialKeepAliveTimeout == 0 {
+		cfg.DialKeepAliveTimeout = apiServerKeepAliveTimeout
+	}
+	return cfg
+}
