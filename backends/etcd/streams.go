@@ -96,7 +96,7 @@ func (ss *streams) intercept(ctx context.Context, desc *grpc.StreamDesc, cc *grp
 		delete(ss.open, ts)
 		ss.mu.Unlock()
 	})
-	return &movableStream{ClientStream: cs, ts: ts, ss: ss, ctx: sctx}, nil
+	return &movableStream{ClientStream: cs, ts: ts, ss: ss}, nil
 }
 
 // picked records where the stream on ctx, if any, was sent, and whether
@@ -147,9 +147,8 @@ func (ss *streams) moveOff() {
 // (which clientv3 would take for the caller's own cancel and give up).
 type movableStream struct {
 	grpc.ClientStream
-	ts  *trackedStream
-	ss  *streams
-	ctx context.Context // the stream's own
+	ts *trackedStream
+	ss *streams
 }
 
 // SendMsg arms, for a keep-alive, a check that it is answered in time: a
@@ -166,7 +165,7 @@ func (s *movableStream) SendMsg(m any) error {
 	if s.ts.watching.CompareAndSwap(false, true) {
 		time.AfterFunc(keepAliveAnswerWithin, func() {
 			s.ts.watching.Store(false)
-			if s.ts.answered.Load() >= n || s.ctx.Err() != nil {
+			if s.ts.answered.Load() >= n || s.Context().Err() != nil {
 				return
 			}
 			if r := s.ss.r(); r != nil {

@@ -12,14 +12,18 @@ import (
 )
 
 // What the shared suite's routing is judged by, per member, from its own
-// /metrics: the storage layer writes with Txn (creates, updates and
-// deletes are OptimisticPut/OptimisticDelete), the tests' helpers with Put;
-// it reads with Range (Get, paginated lists) and RangeStream (lists, from
-// Kubernetes 1.37), both linearizable.
-var (
-	writeMethods = []string{"etcdserverpb.KV/Txn", "etcdserverpb.KV/Put", "etcdserverpb.KV/DeleteRange"}
-	readMethods  = []string{"etcdserverpb.KV/Range", "etcdserverpb.KV/RangeStream"}
-)
+// /metrics (testbed.ServedFromGRPC): the storage layer writes with Txn
+// (creates, updates and deletes are OptimisticPut/OptimisticDelete), the
+// tests' helpers with Put; it reads with Range (Get, paginated lists) and
+// RangeStream (lists, from Kubernetes 1.37), both linearizable.
+const rangeStream = "etcdserverpb.KV/RangeStream"
+
+func writesIn(n map[string]uint64) uint64 {
+	s := testbed.ServedFromGRPC(n)
+	return s.Writes + s.Txns
+}
+
+func readsIn(n map[string]uint64) uint64 { return testbed.ServedFromGRPC(n).Reads + n[rangeStream] }
 
 const (
 	leaderShare = 0.99 // of the writes, at the leader (routed, leadership stable)
@@ -87,7 +91,7 @@ func (tr *traffic) tally(ctx context.Context, assign bool) error {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	for i := range now {
-		w, r := sum(now[i], writeMethods)-sum(tr.last[i], writeMethods), sum(now[i], readMethods)-sum(tr.last[i], readMethods)
+		w, r := writesIn(now[i])-writesIn(tr.last[i]), readsIn(now[i])-readsIn(tr.last[i])
 		tr.writes[i] += w
 		tr.reads[i] += r
 		switch {
@@ -99,14 +103,6 @@ func (tr *traffic) tally(ctx context.Context, assign bool) error {
 	}
 	tr.last = now
 	return nil
-}
-
-func sum(n map[string]uint64, methods []string) uint64 {
-	var s uint64
-	for _, m := range methods {
-		s += n[m]
-	}
-	return s
 }
 
 // startMover hands leadership to the next member every interval (a ticker:
