@@ -77,7 +77,8 @@ type Config struct {
 	EjectRatio float64
 	// ReadmitRatio is the line an ejected member must be back within to
 	// return: ReadmitSamples of its probe-share reads in a row at most
-	// ReadmitRatio × the read median (or within MinEjectGap of it), and its
+	// ReadmitRatio × the share-fair read median (the median × pooled ÷
+	// reachable members; or within MinEjectGap of the median), and its
 	// probe EWMA at most ReadmitRatio × the others' (or within
 	// MinProbeEjectGap); its read EWMA, which still holds the slow reads
 	// that ejected it, is not consulted. Below EjectRatio so that a member

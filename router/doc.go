@@ -64,7 +64,10 @@
 // follower's reads at five times the median) stays above the line.
 //
 // An ejected member keeps a ProbeShare of reads and returns when
-// ReadmitSamples of them in a row are in line with the median and its
+// ReadmitSamples of them in a row are in line with the pool's share-fair
+// median (the median × pooled ÷ reachable members: while it is out the
+// others carry its share, and on a saturated cluster their reads slow by
+// that alone, while its own few reads meet an idle server) and its
 // probes are in line with the others' (within ReadmitRatio × their median,
 // or within MinProbeEjectGap: probes that could not have ejected it do not
 // keep it out), and no sooner than its ejection time: BaseEjection,
@@ -88,7 +91,11 @@
 //   - a retired member is never picked (but by WithMember naming it) nor
 //     the leader;
 //   - a member whose reads and probes are in line with the others returns
-//     within MaxEjection and a few probe rounds;
+//     within MaxEjection and a few probe rounds, also while the pool carries
+//     the share of the members out of it; a member far out of line at equal
+//     load stays out however much that share slows the pool
+//     (TestDegradedStaysOutWhileOthersCarryItsShare), and the share-fair
+//     median is never above the median;
 //   - one index space: Pick.Index, Stats, Busy and Member use the roster's
 //     stable indexes, which never move (members are added or retired);
 //   - Pick never panics and, without overrides, never allocates;

@@ -106,7 +106,8 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 // An ejected member stays out for at least its ejection time (BaseEjection,
 // doubled for each ejection since it was last forgiven, capped at
 // MaxEjection) and until fresh evidence brings it back: ReadmitSamples
-// probe-share reads in a row in line with the median, and its probe EWMA in
+// probe-share reads in a row in line with the pool's share-fair median
+// (storeMedians), and its probe EWMA in
 // line with the others' (within ReadmitRatio × the median, or within
 // MinProbeEjectGap of it: the complement of the probe rule, so that no
 // member is kept out by probes that could not have ejected it). A benched
@@ -136,7 +137,6 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 	var median, probeMedian time.Duration
 	if len(reads) > 0 {
 		median = lowMedianOf(reads)
-		r.readMedian.Store(int64(median))
 	}
 	if len(probes) > 0 {
 		probeMedian = medianOf(probes)
@@ -229,6 +229,9 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 	if len(out) > limit {
 		out = out[:limit]
 	}
+	if median > 0 {
+		r.storeMedians(median, len(reachable)-len(out)-len(benched), len(reachable))
+	}
 	ejected := make([]int, 0, len(out))
 	for _, c := range out {
 		ejected = append(ejected, c.i)
@@ -243,6 +246,25 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 		}
 	}
 	return ejected
+}
+
+// storeMedians publishes a round's read median and the share-fair median an
+// ejected member's probe-share reads are held to. An ejected member's reads
+// meet an idle member, while the pool's members also carry its share: with
+// one of three out, each of the other two takes half the reads instead of
+// a third, and on a saturated cluster their reads take half as long again
+// for that alone. Held to that median, a member degraded by tens of
+// milliseconds looks in line and flaps back in; the share-fair median scales
+// the pool's median back to the share it had with every reachable member in
+// the pool (median × pooled ÷ reachable), the load at which the ejection
+// compared it. Caller must hold r.mu.
+func (r *Router) storeMedians(median time.Duration, pooled, reachable int) {
+	fair := median
+	if pooled > 0 && pooled < reachable {
+		fair = time.Duration(int64(median) * int64(pooled) / int64(reachable))
+	}
+	r.readMedian.Store(int64(median))
+	r.fairMedian.Store(int64(fair))
 }
 
 // countRun extends a run of rounds in which a rule held, or ends it.

@@ -62,6 +62,9 @@ func (r *Router) checkInvariants() error {
 			return fmt.Errorf("member %d both in and out of the pool", i)
 		}
 	}
+	if fair, median := r.fairMedian.Load(), r.readMedian.Load(); fair < 0 || fair > median {
+		return fmt.Errorf("share-fair read median %v outside [0, median %v]", fair, median)
+	}
 	if r.settled.Load() && !r.evidence.Load() {
 		// Probing rarely only while nothing needs watching.
 		if s.leader < 0 || len(s.reachable) != live || len(s.pool) != live || len(s.unfit) > 0 {

@@ -191,7 +191,7 @@ func (p Pick) Done(o Outcome) {
 		r.hedge.rings[p.op].add(latency)
 	}
 	if p.probing {
-		if r.inLine(latency, time.Duration(r.readMedian.Load()), r.cfg.MinEjectGap) {
+		if r.readInLine(latency) {
 			h.freshInLine.Add(1)
 		} else {
 			h.freshInLine.Store(0)
@@ -228,11 +228,20 @@ func (r *Router) farAbove(v, median time.Duration) bool {
 	return float64(v) > r.cfg.EjectRatio*float64(median) && v-median > r.cfg.MinEjectGap
 }
 
-// inLine reports whether v is in line with median: within ReadmitRatio
-// times it, or within gap of it (MinEjectGap for reads, MinProbeEjectGap
-// for probes: what could not have ejected is in line).
+// inLine reports whether a probe RTT v is in line with median: within
+// ReadmitRatio times it, or within gap (MinProbeEjectGap: what could not
+// have ejected is in line).
 func (r *Router) inLine(v, median, gap time.Duration) bool {
 	return float64(v) <= r.cfg.ReadmitRatio*float64(median) || v-median <= gap
+}
+
+// readInLine reports whether an ejected member's probe-share read of v is in
+// line with the pool: within ReadmitRatio times the share-fair median, or
+// within MinEjectGap of the median (a few milliseconds more is topology,
+// never a grey failure).
+func (r *Router) readInLine(v time.Duration) bool {
+	median, fair := time.Duration(r.readMedian.Load()), time.Duration(r.fairMedian.Load())
+	return float64(v) <= r.cfg.ReadmitRatio*float64(fair) || v-median <= r.cfg.MinEjectGap
 }
 
 // Abandon takes back a Pick whose operation was never sent: Done(NotSent).

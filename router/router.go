@@ -49,6 +49,10 @@ type Router struct {
 	// probe round (ns), 0 while unknown: the yardstick for censored samples
 	// and for an ejected member's fresh reads.
 	readMedian atomic.Int64
+	// fairMedian is readMedian scaled back to the share the pool's members
+	// had with every reachable member in the pool (storeMedians): the
+	// ratio line for an ejected member's probe-share reads.
+	fairMedian atomic.Int64
 
 	mu         sync.Mutex // serialises snapshot rebuilds
 	lastLeader int        // last known leader index, for counting changes; guarded by mu

@@ -19,6 +19,7 @@ import (
 // (every outcome), probe rounds over a cluster that changes (leader, term,
 // members down, leaderless, not serving, lagging, probe RTTs), SetMembers
 // (adds, retirements, the leader retired), Busy and its end, hedge choices,
+// a closed loop in which the pool carries the share of the members out of it,
 // stalls that cut every member's reads, calm spells that settle it, and
 // time passing, on an injected clock. After every step the invariants
 // hold (checkInvariants) and Pick does not panic for any class.
@@ -50,6 +51,10 @@ type machine struct {
 	ends    []func()
 	nextID  int
 	hedging bool
+	// closedLoop: the pool's members carry the share of the members out of
+	// it (a saturated cluster under a closed loop of callers), their reads
+	// slower by reachable ÷ pooled.
+	closedLoop bool
 }
 
 func (m *machine) Probe(_ context.Context, mem Member) (ProbeResult, error) {
@@ -180,6 +185,9 @@ func (m *machine) burst(t *rapid.T) {
 		if mm != nil {
 			d, fails = mm.read, mm.fails
 		}
+		if s := m.r.snap.Load(); m.closedLoop && s.has(p.Index) && len(s.pool) > 0 {
+			d = d * time.Duration(len(s.reachable)) / time.Duration(len(s.pool))
+		}
 		m.mu.Unlock()
 		m.clock.Advance(d)
 		if fails {
@@ -260,7 +268,7 @@ func (m *machine) change(t *rapid.T) {
 	})
 	id := rapid.SampledFrom(ids).Draw(t, "who")
 	mm := m.model[id]
-	switch rapid.IntRange(0, 9).Draw(t, "change") {
+	switch rapid.IntRange(0, 10).Draw(t, "change") {
 	case 0:
 		m.leader, m.term = id, m.term+1
 	case 1:
@@ -281,6 +289,8 @@ func (m *machine) change(t *rapid.T) {
 		mm.read = time.Duration(rapid.IntRange(1, 100).Draw(t, "read ms")) * time.Millisecond
 	case 9:
 		mm.fails = !mm.fails
+	case 10:
+		m.closedLoop = !m.closedLoop
 	}
 }
 
@@ -472,6 +482,7 @@ func TestHealedMembersReturn(t *testing.T) {
 		m.mu.Lock()
 		live := m.r.Members()
 		m.leader, m.term = live[0].ID, m.term+1
+		m.closedLoop = rapid.Bool().Draw(t, "closed loop")
 		for _, mm := range m.model {
 			*mm = modelMember{rtt: time.Millisecond, read: time.Millisecond}
 		}
@@ -501,6 +512,77 @@ func TestHealedMembersReturn(t *testing.T) {
 				p.Done(OK)
 			}
 			m.clock.Advance(500 * time.Millisecond)
+		}
+	})
+}
+
+// A member degraded far beyond the ejection line stays out while the pool's
+// members carry its share (a closed loop on a saturated cluster slows their
+// reads by reachable ÷ pooled), however high that lifts their median, and
+// returns once it heals. Held to the raw median, a member at 2.2–2.7 times
+// the others' latency at equal load flaps back in with three members.
+func TestDegradedStaysOutWhileOthersCarryItsShare(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.SampledFrom([]int{3, 5}).Draw(t, "members")
+		m := &machine{clock: &fakeClock{now: time.Unix(1e9, 0)}, model: map[string]*modelMember{}, term: 1, nextID: n, closedLoop: true}
+		ms := members(n)
+		base := time.Duration(rapid.IntRange(8, 40).Draw(t, "base ms")) * time.Millisecond
+		for _, mem := range ms {
+			m.model[mem.ID] = &modelMember{rtt: time.Millisecond, read: base}
+		}
+		m.leader = ms[0].ID
+		r, err := New(Config{Members: ms, Prober: m, Clock: m.clock, Policy: Hybrid, ProbeInterval: 250 * time.Millisecond, Seed: uint64(rapid.IntRange(1, 1000).Draw(t, "seed"))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.r = r
+		testutil.Poll(t, 5*time.Second, "the first probe round", func() bool { return r.rounds.Load() > 0 })
+		r.cancel()
+		<-r.done
+		t.Cleanup(func() { r.Close() })
+
+		slow := ms[n-1].ID
+		factor := rapid.Float64Range(2.2, 2.7).Draw(t, "degraded × base")
+		m.model[slow].read = time.Duration(factor * float64(base))
+		round := func() {
+			for range 400 {
+				p, err := r.Pick(context.Background(), LinearizableRead)
+				if err != nil {
+					t.Fatal(err)
+				}
+				d := m.model[p.Member.ID].read
+				if s := r.snap.Load(); s.has(p.Index) {
+					d = d * time.Duration(len(s.reachable)) / time.Duration(len(s.pool))
+				}
+				m.clock.Advance(d)
+				p.Done(OK)
+			}
+			m.clock.Advance(r.cfg.ProbeInterval)
+			r.round(context.Background(), true)
+			if err := r.checkInvariants(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ejected := func() bool { return r.Stats().Members[n-1].Ejected }
+		for k := 0; !ejected(); k++ {
+			if k == 10 {
+				t.Fatalf("degraded member (%.2f × the others' reads) not ejected in 10 rounds: %+v", factor, r.Stats().Members)
+			}
+			round()
+		}
+		for k := range 40 {
+			round()
+			if !ejected() {
+				t.Fatalf("degraded member (%.2f × the others' reads at equal load) readmitted %d rounds after its ejection, read median %v, share-fair %v",
+					factor, k+1, time.Duration(r.readMedian.Load()), time.Duration(r.fairMedian.Load()))
+			}
+		}
+		m.model[slow].read = base
+		for k := 0; ejected(); k++ {
+			if k == 200 {
+				t.Fatalf("healed member still out 200 rounds after it healed: %+v", r.Stats().Members)
+			}
+			round()
 		}
 	})
 }
