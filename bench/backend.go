@@ -52,7 +52,10 @@ func withWorker(ctx context.Context, w int) context.Context {
 	return context.WithValue(ctx, workerKey{}, w)
 }
 
-func workerOf(ctx context.Context) int {
+// WorkerOf returns the index of the benchmark worker making a call (0
+// outside one): what a Client that gives each worker its own connection
+// (Pinned) keys on.
+func WorkerOf(ctx context.Context) int {
 	w, _ := ctx.Value(workerKey{}).(int)
 	return w
 }

@@ -249,7 +249,7 @@ func (c *stockClient) client(ctx context.Context) *clientv3.Client {
 	if !c.pinned {
 		return c.clis[0]
 	}
-	return c.clis[workerOf(ctx)%len(c.clis)]
+	return c.clis[WorkerOf(ctx)%len(c.clis)]
 }
 
 func (c *stockClient) Write(ctx context.Context, key string, value []byte) error {

@@ -28,12 +28,17 @@ const (
 	ScenarioTail       = "tail"
 	ScenarioZKTail     = "zk-tail"
 	ScenarioUneven     = "uneven"
+	ScenarioKubernetes = "kubernetes"
 	ScenarioAll        = "all"
 )
 
+// KubernetesWorkers is the kubernetes scenario's concurrency: the paper's
+// for Table VII (64 concurrent clients of kube-apiserver).
+const KubernetesWorkers = 64
+
 // Scenarios lists the scenario names in the order "all" runs them.
 func Scenarios() []string {
-	return []string{ScenarioHealthy, ScenarioOverhead, ScenarioDegraded, ScenarioFiveNode, ScenarioLoadSweep, ScenarioReadSize, ScenarioFailover, ScenarioZKHealthy, ScenarioZKDegraded, ScenarioTail, ScenarioZKTail, ScenarioUneven}
+	return []string{ScenarioHealthy, ScenarioOverhead, ScenarioDegraded, ScenarioFiveNode, ScenarioLoadSweep, ScenarioReadSize, ScenarioFailover, ScenarioZKHealthy, ScenarioZKDegraded, ScenarioTail, ScenarioZKTail, ScenarioUneven, ScenarioKubernetes}
 }
 
 // ErrUnknownScenario is returned for a name not in Scenarios().
@@ -223,6 +228,16 @@ func scenarioDefs(l layout) map[string]scenarioDef {
 			},
 			notes: []string{"Each member is confined to its quota through a cgroup; m1, the same-zone follower, has a third of the others' capacity."},
 		},
+		{
+			name: ScenarioKubernetes, section: "IV-K, Table VII", desc: fmt.Sprintf("Table VII's mixes at %d workers: stock vs pinned vs hybrid on the KV API (integrations/kubernetes/cmd/storagebench runs them through k8s.io/apiserver's etcd3 store)", KubernetesWorkers),
+			backend:  "etcd",
+			policies: []string{Stock, Pinned, router.Hybrid}, baseline: Stock,
+			variants: []variant{kubeMix(0.8), kubeMix(0.2)},
+			metrics: func(int) []Metric {
+				return []Metric{WriteP50, WriteP99, ReadP50, ReadP99, Throughput, Errors, MemberWriteShare(l.leader), ClientCPU, ServerCPU}
+			},
+			notes: []string{fmt.Sprintf("%d closed-loop workers on two shared cores: far past saturation, so latencies are mostly queueing.", KubernetesWorkers)},
+		},
 	}
 	out := map[string]scenarioDef{}
 	for _, d := range defs {
@@ -310,6 +325,16 @@ func paced(rate float64, conns int) variant {
 	return variant{fmt.Sprintf("%.0f ops/s, %d conn/member", rate, conns), []string{"rate", "conns", "read-ratio"}, func(w *Workload) {
 		w.Rate, w.ConnsPerMember, w.ReadRatio = rate, conns, 0.8
 	}}
+}
+
+// kubeMix is Table VII's mix at its concurrency.
+func kubeMix(ratio float64) variant {
+	v := mix(ratio)
+	v.label = fmt.Sprintf("%s, %d workers", v.label, KubernetesWorkers)
+	v.fields = append(v.fields, "workers")
+	inner := v.apply
+	v.apply = func(w *Workload) { inner(w); w.Workers = KubernetesWorkers }
+	return v
 }
 
 func workers(n int) variant {

@@ -22,7 +22,7 @@ const (
 // (package doc); opts are backends/etcd's. Closing the client ends the
 // router.
 func New(cfg clientv3.Config, opts ...etcd.Option) (*kubernetes.Client, error) {
-	c, err := etcd.New(apiServerConfig(cfg), opts...)
+	c, err := etcd.New(APIServerConfig(cfg), opts...)
 	if err != nil {
 		return nil, err // already oproute/etcd's, with its sentinels
 	}
@@ -37,9 +37,10 @@ func Wrap(c *etcd.Client) *kubernetes.Client {
 	return kc
 }
 
-// apiServerConfig fills the fields kube-apiserver sets where cfg leaves
-// them zero.
-func apiServerConfig(cfg clientv3.Config) clientv3.Config {
+// APIServerConfig returns cfg with the fields kube-apiserver sets filled in
+// where cfg leaves them zero: what New does, for a stock client configured
+// as kube-apiserver configures its own.
+func APIServerConfig(cfg clientv3.Config) clientv3.Config {
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = apiServerDialTimeout
 	}
