@@ -6,6 +6,7 @@ require (
 	github.com/oproute/oproute v0.0.0
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
+	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.28.0
 	google.golang.org/grpc v1.83.2
 	k8s.io/apimachinery v0.37.2

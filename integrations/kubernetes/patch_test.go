@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	// The factory package and what its own tests import: with them here,
 	// this module's go.sum holds every sum the patched copy's tests need.
@@ -22,10 +23,12 @@ const patchFile = "patches/apiserver-v0.37-routed-etcd.patch"
 // TestAPIServerPatch applies the patch to a copy of the k8s.io/apiserver
 // module this module builds with and runs the storage factory package's
 // own tests on the copy: with OPROUTE_ETCD_POLICY unset (the stock client,
-// the patch's default) and set to hybrid (every client the factory builds
-// is routed). Their TLS test dials an etcd over TLS through the factory's
-// own client configuration; the health and readiness tests replace the
-// client constructor and check the factory's logic around it.
+// the patch's default), set to hybrid, and set to a policy the router does
+// not know. Of those tests only the TLS test builds a client through the
+// patched constructor (a routed one, with hybrid: its log lines show it),
+// dialling a one-member etcd over TLS with the factory's own client
+// configuration; the health and readiness tests replace the constructor
+// and check the factory's logic around it.
 func TestAPIServerPatch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and tests a patched copy of k8s.io/apiserver")
@@ -35,6 +38,9 @@ func TestAPIServerPatch(t *testing.T) {
 	}
 	const gobin = "go"
 	src := strings.TrimSpace(run(t, ".", nil, gobin, "list", "-m", "-f", "{{.Dir}}", "k8s.io/apiserver"))
+	if src == "" {
+		t.Fatal("k8s.io/apiserver is not in the module cache: run go mod download in this module")
+	}
 	patch, err := filepath.Abs(patchFile)
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +54,12 @@ func TestAPIServerPatch(t *testing.T) {
 	if err := os.CopyFS(apiserver, os.DirFS(src)); err != nil {
 		t.Fatal(err)
 	}
-	run(t, apiserver, nil, "git", "apply", "--verbose", patch)
+	// git apply outside a repository: a temporary directory inside a work
+	// tree would make it resolve paths from that tree's top and skip them.
+	run(t, apiserver, []string{"GIT_CEILING_DIRECTORIES=" + filepath.Dir(apiserver)}, "git", "apply", "--verbose", patch)
+	if _, err := os.Stat(filepath.Join(apiserver, "pkg/storage/storagebackend/factory/oproute.go")); err != nil {
+		t.Fatalf("the patch did not apply: %v", err)
+	}
 
 	// A module of its own with this module's requirements and sums, the
 	// patched copy in place of k8s.io/apiserver.
@@ -69,8 +80,7 @@ func TestAPIServerPatch(t *testing.T) {
 	// The variable reaches the routed constructor: with a policy the router
 	// does not know, the TLS test's client fails with the patch's error.
 	t.Run("unknown policy", func(t *testing.T) {
-		cmd := exec.CommandContext(t.Context(), gobin, "test", "-count=1", "-run", "TestTLSConnection", pkg)
-		cmd.Dir, cmd.Env = mod, append(os.Environ(), "OPROUTE_ETCD_POLICY=no_such_policy")
+		cmd := command(t, mod, []string{"OPROUTE_ETCD_POLICY=no_such_policy"}, gobin, "test", "-count=1", "-run", "TestTLSConnection", pkg)
 		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "routed etcd client (OPROUTE_ETCD_POLICY=no_such_policy)") {
 			t.Fatalf("with an unknown policy the factory's TLS test should fail in the routed constructor: %v\n%s", err, out)
@@ -82,10 +92,15 @@ func TestAPIServerPatch(t *testing.T) {
 			name = policy
 		}
 		t.Run(name, func(t *testing.T) {
-			out := run(t, mod, []string{"OPROUTE_ETCD_POLICY=" + policy}, gobin, "test", "-count=1", "-v", pkg)
+			out := run(t, mod, []string{"OPROUTE_ETCD_POLICY=" + policy}, gobin, "test", "-race", "-count=1", "-v", pkg)
 			passed := strings.Count(out, "--- PASS")
 			if passed == 0 || strings.Contains(out, "--- FAIL") {
 				t.Fatalf("the factory's tests on the patched copy: %d passed\n%s", passed, out)
+			}
+			// The routed client logs through the factory's etcd logger
+			// with its component named: proof the routed branch ran.
+			if routed := strings.Contains(out, `"component":"oproute"`); routed != (policy != "") {
+				t.Fatalf("OPROUTE_ETCD_POLICY=%q, yet the routed client's log lines are present: %v\n%s", policy, routed, out)
 			}
 			t.Logf("%s: %d tests and subtests passed", pkg, passed)
 		})
@@ -96,13 +111,22 @@ func TestAPIServerPatch(t *testing.T) {
 // failure ends the test with the output.
 func run(t *testing.T, dir string, env []string, name string, args ...string) string {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), name, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
+	cmd := command(t, dir, env, name, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out.String())
 	}
 	return out.String()
+}
+
+// command is name args in dir with env added, outside any go.work, killed
+// with the test's context; its children (a test binary with an etcd in
+// it) get 10 s to end after that before their output pipes are closed.
+func command(t *testing.T, dir string, env []string, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(t.Context(), name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "GOWORK=off"), env...)
+	cmd.WaitDelay = 10 * time.Second
+	return cmd
 }

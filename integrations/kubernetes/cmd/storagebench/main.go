@@ -49,6 +49,11 @@ func run() error {
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
+	for _, p := range strings.Split(*policies, ",") {
+		if err := checkPolicy(p); err != nil {
+			return err
+		}
+	}
 	w := bench.DefaultWorkload()
 	w.Duration = *duration
 	opts := bench.Options{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,12 +75,10 @@ func (b storageBackend) Start(ctx context.Context, topo testbed.Topology) (bench
 	return newStorageCluster(inner, topo.ClientZone, zones)
 }
 
-func (b storageBackend) Attach(ctx context.Context, endpoints []string) (bench.Cluster, error) {
-	inner, err := b.Etcd.Attach(ctx, endpoints)
-	if err != nil {
-		return nil, err
-	}
-	return newStorageCluster(inner, "", nil)
+// Attach is not offered: the preload creates the pods the reads get, once
+// per cluster, which an existing cluster may already hold.
+func (storageBackend) Attach(context.Context, []string) (bench.Cluster, error) {
+	return nil, errors.New("storagebench: runs on the test bed only")
 }
 
 // compactor is what etcd3.NewCompactor returns: etcd3.Compactor, stopped
@@ -161,8 +160,8 @@ func (c *storageCluster) Connect(ctx context.Context, policy string, conns int) 
 			}
 		}
 	default:
-		if !isRouterPolicy(policy) {
-			return nil, fmt.Errorf("storagebench: policy %q: want %s, %s or a router policy", policy, bench.Stock, bench.Pinned)
+		if err := checkPolicy(policy); err != nil {
+			return nil, err
 		}
 		opts := []etcd.Option{etcd.WithPolicy(policy), etcd.WithConnsPerMember(conns)}
 		if c.zones != nil {
@@ -181,13 +180,13 @@ func (c *storageCluster) Connect(ctx context.Context, policy string, conns int) 
 	return sc, nil
 }
 
-func isRouterPolicy(p string) bool {
-	for _, q := range router.Policies() {
-		if p == q {
-			return true
-		}
+// checkPolicy accepts the clients storagebench can build: stock, pinned
+// and the router's policies.
+func checkPolicy(p string) error {
+	if p == bench.Stock || p == bench.Pinned || slices.Contains(router.Policies(), p) || p == bench.HybridP2C || p == bench.HybridHedge {
+		return nil
 	}
-	return p == bench.HybridP2C || p == bench.HybridHedge
+	return fmt.Errorf("storagebench: policy %q: want %s, %s or one of the router's %v", p, bench.Stock, bench.Pinned, router.Policies())
 }
 
 // storageClient does the benchmark's writes as creates of example Pods and
@@ -244,6 +243,9 @@ func (c *storageClient) Close() error {
 		if cl, ok := st.(interface{ Close() }); ok {
 			cl.Close()
 		}
+	}
+	if c.routed != nil {
+		return c.routed.Close() // waits for its router to end
 	}
 	for _, kc := range c.clients {
 		errs = append(errs, kc.Close())
