@@ -43,7 +43,8 @@
 //     least that long) when they are that far above the median, so a member
 //     slower than every caller's deadline is seen although it never
 //     completes a read;
-//   - failures: ConsecutiveFailures failed reads in a row, or a failure
+//   - failures: ConsecutiveFailures failed reads in a row while most
+//     members had none within FailureWindow, or a failure
 //     share over FailureWindow that exceeds the others' median share
 //     by FailureShare;
 //   - probe RTT: its probe EWMA (after 8 probes) above EjectRatio × the

@@ -159,7 +159,7 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 	}
 	// Reads failing or stalling on most members (an election, the whole
 	// cluster or the client itself stalled) slow every member, a far one
-	// most: no latency evidence. A stall that held up every caller cuts
+	// most: no latency evidence, and no run of failures is either. A stall that held up every caller cuts
 	// their reads over the next rounds, more of them on the members
 	// where reads take longest; judged one round at a time, those cuts
 	// would eject a healthy far member.
@@ -196,7 +196,11 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 		why := ""
 		streak := h.readFailStreak.Load()
 		switch {
-		case streak >= int64(r.cfg.ConsecutiveFailures) && 2*(failing-1) < len(reachable)-1:
+		case streak >= int64(r.cfg.ConsecutiveFailures) && 2*(failing-1) < len(reachable)-1 && !clusterTrouble:
+			// A run of failures is evidence while the others answer; if
+			// most members failed within the window, it is the tail of
+			// what they all shared (an election ends later for a member
+			// that learns of the new leader last).
 			why = outFailures
 		case r.failingMore(i, shares):
 			why = outFailures

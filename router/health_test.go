@@ -496,6 +496,30 @@ func TestClusterWideFailuresEjectNobody(t *testing.T) {
 	tr.expectNoneEjected(t, "for a failure every member shared")
 }
 
+// The same election, ending sooner for some members than for others: at
+// the round m0's and m1's last reads have succeeded while m2 is still in its
+// run of failures (a member that learns of the new leader last). Most
+// members failed within the window, so the run is no evidence against m2.
+func TestClusterWideFailuresEndingUnevenlyEjectNobody(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	tr.run(t, 60, LinearizableRead, flat(time.Millisecond))
+	tr.probeRound()
+	tr.runOutcome(t, 30, LinearizableRead, func(Member) (Outcome, time.Duration) { return MemberFault, time.Millisecond })
+	for _, id := range []string{"m0", "m1"} {
+		p, err := tr.Pick(WithMember(context.Background(), id), LinearizableRead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.clock.Advance(time.Millisecond)
+		p.Done(OK)
+	}
+	if streak := tr.roster().health[2].readFailStreak.Load(); streak < int64(tr.cfg.ConsecutiveFailures) {
+		t.Fatalf("m2's run of failures is %d, want at least %d for the rule to apply", streak, tr.cfg.ConsecutiveFailures)
+	}
+	tr.probeRound()
+	tr.expectNoneEjected(t, "for failures every member shared, one member's lasting longer")
+}
+
 func TestLeaderFallbackAvoidsBenchedMembers(t *testing.T) {
 	tr := newTestRouter(t, Config{})
 	tr.cluster.set("", 1) // no leader known …

@@ -20,6 +20,7 @@ import (
 // members down, leaderless, not serving, lagging, probe RTTs), SetMembers
 // (adds, retirements, the leader retired), Busy and its end, hedge choices,
 // a closed loop in which the pool carries the share of the members out of it,
+// bursts of failed reads on every member,
 // stalls that cut every member's reads, calm spells that settle it, and
 // time passing, on an injected clock. After every step the invariants
 // hold (checkInvariants) and Pick does not panic for any class.
@@ -402,6 +403,35 @@ func (m *machine) stall(t *rapid.T) {
 	}
 }
 
+// errorBurst fails reads on every reachable member at once (an election:
+// every member answers "leader changed" for a while), some members' runs
+// ended by a success before the round and others not, then runs a round.
+// TestClusterWideFailuresEndingUnevenlyEjectNobody asserts what the round
+// must not do; here the invariants are checked.
+func (m *machine) errorBurst(t *rapid.T) {
+	m.r.mu.Lock()
+	reachable := slices.Clone(m.r.snap.Load().reachable)
+	m.r.mu.Unlock()
+	ro := m.r.roster()
+	for _, i := range reachable {
+		pick := func() Pick {
+			p, err := m.r.Pick(WithMember(context.Background(), ro.members[i].ID), LinearizableRead)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.clock.Advance(time.Millisecond)
+			return p
+		}
+		for range rapid.IntRange(1, 2*m.r.cfg.ConsecutiveFailures).Draw(t, "failures") {
+			pick().Done(MemberFault)
+		}
+		if rapid.Bool().Draw(t, "run ended") {
+			pick().Done(OK)
+		}
+	}
+	m.r.round(context.Background(), true)
+}
+
 // observeTerm reports a term a response carried: older, the same or newer
 // than the cluster's.
 func (m *machine) observeTerm(t *rapid.T) {
@@ -440,6 +470,7 @@ func (m *machine) steps(t *rapid.T, n int) {
 		"pick": m.pick, "done": m.done, "burst": m.burst, "probe": m.probe, "change": m.change,
 		"setMembers": m.setMembers, "busy": m.busy, "endBusy": m.endBusy, "hedge": m.hedge, "advance": m.advance,
 		"observeTerm": m.observeTerm, "unsettle": m.unsettle, "stall": m.stall, "calm": m.calm,
+		"errorBurst": m.errorBurst,
 	}
 	names := slices.Sorted(func(yield func(string) bool) {
 		for k := range actions {
