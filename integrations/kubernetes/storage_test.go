@@ -1,12 +1,14 @@
 package kubernetes_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/apitesting"
 	examplev1 "k8s.io/apiserver/pkg/apis/example/v1"
 	"k8s.io/apiserver/pkg/features"
+	"k8s.io/apiserver/pkg/storage"
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/component-base/featuregate"
@@ -55,6 +57,14 @@ func TestStorage(t *testing.T) {
 	t.Run("Routing", tr.check)
 }
 
+// onStore is a test entry for an upstream test that takes only a store.
+func onStore(run func(context.Context, *testing.T, storage.Interface)) func(*testing.T, *fixture) {
+	return func(t *testing.T, f *fixture) {
+		ctx, s := f.setup(t)
+		run(ctx, t, s)
+	}
+}
+
 type storageTest struct {
 	name string
 	run  func(t *testing.T, f *fixture)
@@ -67,50 +77,17 @@ func sharedTests() []storageTest {
 			ctx, s := f.setup(t)
 			storagetesting.RunTestCreate(ctx, t, s, s.checkStorageInvariants)
 		}},
-		{"CreateWithTTL", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestCreateWithTTL(ctx, t, s)
-		}},
-		{"CreateWithKeyExist", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestCreateWithKeyExist(ctx, t, s)
-		}},
-		{"Get", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestGet(ctx, t, s)
-		}},
-		{"UnconditionalDelete", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestUnconditionalDelete(ctx, t, s)
-		}},
-		{"ConditionalDelete", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestConditionalDelete(ctx, t, s)
-		}},
-		{"DeleteWithSuggestion", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestDeleteWithSuggestion(ctx, t, s)
-		}},
-		{"DeleteWithSuggestionAndConflict", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestDeleteWithSuggestionAndConflict(ctx, t, s)
-		}},
-		{"DeleteWithSuggestionOfDeletedObject", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestDeleteWithSuggestionOfDeletedObject(ctx, t, s)
-		}},
-		{"ValidateDeletionWithSuggestion", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestValidateDeletionWithSuggestion(ctx, t, s)
-		}},
-		{"ValidateDeletionWithOnlySuggestionValid", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestValidateDeletionWithOnlySuggestionValid(ctx, t, s)
-		}},
-		{"DeleteWithConflict", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestDeleteWithConflict(ctx, t, s)
-		}},
+		{"CreateWithTTL", onStore(storagetesting.RunTestCreateWithTTL)},
+		{"CreateWithKeyExist", onStore(storagetesting.RunTestCreateWithKeyExist)},
+		{"Get", onStore(storagetesting.RunTestGet)},
+		{"UnconditionalDelete", onStore(storagetesting.RunTestUnconditionalDelete)},
+		{"ConditionalDelete", onStore(storagetesting.RunTestConditionalDelete)},
+		{"DeleteWithSuggestion", onStore(storagetesting.RunTestDeleteWithSuggestion)},
+		{"DeleteWithSuggestionAndConflict", onStore(storagetesting.RunTestDeleteWithSuggestionAndConflict)},
+		{"DeleteWithSuggestionOfDeletedObject", onStore(storagetesting.RunTestDeleteWithSuggestionOfDeletedObject)},
+		{"ValidateDeletionWithSuggestion", onStore(storagetesting.RunTestValidateDeletionWithSuggestion)},
+		{"ValidateDeletionWithOnlySuggestionValid", onStore(storagetesting.RunTestValidateDeletionWithOnlySuggestionValid)},
+		{"DeleteWithConflict", onStore(storagetesting.RunTestDeleteWithConflict)},
 		{"DeleteWithConflictAndMissingExpectedTransformOrDecodeError", func(t *testing.T, f *fixture) {
 			gate(t, features.AllowUnsafeMalformedObjectDeletion, true)
 			codec := &testCodec{Codec: apitesting.TestCodec(codecs, examplev1.SchemeGroupVersion)}
@@ -134,30 +111,15 @@ func sharedTests() []storageTest {
 			ctx, s := f.setup(t)
 			storagetesting.RunTestDeleteWithSuggestionAndMissingExpectedTransformOrDecodeError(ctx, t, s)
 		}},
-		{"PreconditionalDeleteWithSuggestion", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestPreconditionalDeleteWithSuggestion(ctx, t, s)
-		}},
-		{"PreconditionalDeleteWithSuggestionPass", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestPreconditionalDeleteWithOnlySuggestionPass(ctx, t, s)
-		}},
-		{"ListPaging", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestListPaging(ctx, t, s)
-		}},
+		{"PreconditionalDeleteWithSuggestion", onStore(storagetesting.RunTestPreconditionalDeleteWithSuggestion)},
+		{"PreconditionalDeleteWithSuggestionPass", onStore(storagetesting.RunTestPreconditionalDeleteWithOnlySuggestionPass)},
+		{"ListPaging", onStore(storagetesting.RunTestListPaging)},
 		{"GetListNonRecursive", func(t *testing.T, f *fixture) {
 			ctx, s := f.setup(t)
 			storagetesting.RunTestGetListNonRecursive(ctx, t, s.increaseRV, s)
 		}},
-		{"GetListRecursivePrefix", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestGetListRecursivePrefix(ctx, t, s)
-		}},
-		{"KeySchema", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestKeySchema(ctx, t, s)
-		}},
+		{"GetListRecursivePrefix", onStore(storagetesting.RunTestGetListRecursivePrefix)},
+		{"KeySchema", onStore(storagetesting.RunTestKeySchema)},
 		// These two name the etcd key in their expected errors: upstream's
 		// keys at the root. Nothing else on the cluster is there, and their
 		// namespaces differ (ns-0 … and ns).
@@ -175,22 +137,13 @@ func sharedTests() []storageTest {
 			ctx, s := f.setup(t)
 			storagetesting.RunTestGuaranteedUpdate(ctx, t, s, s.checkStorageInvariants)
 		}},
-		{"GuaranteedUpdateWithTTL", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestGuaranteedUpdateWithTTL(ctx, t, s)
-		}},
+		{"GuaranteedUpdateWithTTL", onStore(storagetesting.RunTestGuaranteedUpdateWithTTL)},
 		{"GuaranteedUpdateChecksStoredData", func(t *testing.T, f *fixture) {
 			ctx, s := f.setup(t)
 			storagetesting.RunTestGuaranteedUpdateChecksStoredData(ctx, t, s)
 		}},
-		{"GuaranteedUpdateWithConflict", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestGuaranteedUpdateWithConflict(ctx, t, s)
-		}},
-		{"GuaranteedUpdateWithSuggestionAndConflict", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestGuaranteedUpdateWithSuggestionAndConflict(ctx, t, s)
-		}},
+		{"GuaranteedUpdateWithConflict", onStore(storagetesting.RunTestGuaranteedUpdateWithConflict)},
+		{"GuaranteedUpdateWithSuggestionAndConflict", onStore(storagetesting.RunTestGuaranteedUpdateWithSuggestionAndConflict)},
 		{"TransformationFailure", func(t *testing.T, f *fixture) {
 			ctx, s := f.setup(t)
 			storagetesting.RunTestTransformationFailure(ctx, t, s)
@@ -219,10 +172,7 @@ func sharedTests() []storageTest {
 			ctx, s := f.setup(t)
 			storagetesting.RunTestListContinuationWithFilter(ctx, t, s, s.checkStorageCalls(t))
 		}},
-		{"NamespaceScopedList", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestNamespaceScopedList(ctx, t, s)
-		}},
+		{"NamespaceScopedList", onStore(storagetesting.RunTestNamespaceScopedList)},
 		{"ListResourceVersionMatch", func(t *testing.T, f *fixture) {
 			ctx, s := f.setup(t)
 			storagetesting.RunTestListResourceVersionMatch(ctx, t, s)
@@ -242,50 +192,20 @@ func sharedTests() []storageTest {
 		}},
 
 		// watcher_test.go, TestWatch's subtests
-		{"Watch", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestWatch(ctx, t, s)
-		}},
-		{"ClusterScopedWatch", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestClusterScopedWatch(ctx, t, s)
-		}},
-		{"NamespaceScopedWatch", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestNamespaceScopedWatch(ctx, t, s)
-		}},
-		{"DeleteTriggerWatch", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestDeleteTriggerWatch(ctx, t, s)
-		}},
-		{"WatchFromNonZero", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestWatchFromNonZero(ctx, t, s)
-		}},
-		{"DelayedWatchDelivery", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestDelayedWatchDelivery(ctx, t, s)
-		}},
+		{"Watch", onStore(storagetesting.RunTestWatch)},
+		{"ClusterScopedWatch", onStore(storagetesting.RunTestClusterScopedWatch)},
+		{"NamespaceScopedWatch", onStore(storagetesting.RunTestNamespaceScopedWatch)},
+		{"DeleteTriggerWatch", onStore(storagetesting.RunTestDeleteTriggerWatch)},
+		{"WatchFromNonZero", onStore(storagetesting.RunTestWatchFromNonZero)},
+		{"DelayedWatchDelivery", onStore(storagetesting.RunTestDelayedWatchDelivery)},
 		{"WatchError", func(t *testing.T, f *fixture) {
 			ctx, s := f.setup(t)
 			storagetesting.RunTestWatchError(ctx, t, s)
 		}},
-		{"WatchContextCancel", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestWatchContextCancel(ctx, t, s)
-		}},
-		{"WatcherTimeout", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestWatcherTimeout(ctx, t, s)
-		}},
-		{"WatchDeleteEventObjectHaveLatestRV", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestWatchDeleteEventObjectHaveLatestRV(ctx, t, s)
-		}},
-		{"WatchInitializationSignal", func(t *testing.T, f *fixture) {
-			ctx, s := f.setup(t)
-			storagetesting.RunTestWatchInitializationSignal(ctx, t, s)
-		}},
+		{"WatchContextCancel", onStore(storagetesting.RunTestWatchContextCancel)},
+		{"WatcherTimeout", onStore(storagetesting.RunTestWatcherTimeout)},
+		{"WatchDeleteEventObjectHaveLatestRV", onStore(storagetesting.RunTestWatchDeleteEventObjectHaveLatestRV)},
+		{"WatchInitializationSignal", onStore(storagetesting.RunTestWatchInitializationSignal)},
 		{"WatchWithUnsafeDelete", func(t *testing.T, f *fixture) {
 			gate(t, features.AllowUnsafeMalformedObjectDeletion, true)
 			ctx, s := f.setup(t)
