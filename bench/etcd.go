@@ -23,10 +23,8 @@ import (
 
 // Etcd is the etcd backend.
 type Etcd struct {
-	// MemberCPU confines each test-bed member to this many cores (0: none).
-	MemberCPU float64
-	// MemberCPUs gives each member its own budget instead, in member order.
-	MemberCPUs []float64
+	// CPUBudgets confine the test bed's members; zero: shared cores.
+	testbed.CPUBudgets
 }
 
 // Name implements Backend.
@@ -34,7 +32,7 @@ func (Etcd) Name() string { return "etcd" }
 
 // Start implements Backend: a test-bed cluster.
 func (e Etcd) Start(ctx context.Context, topo testbed.Topology) (Cluster, error) {
-	tb, err := testbed.StartEtcd(ctx, testbed.EtcdOptions{Topology: topo, MemberCPU: e.MemberCPU, MemberCPUs: e.MemberCPUs})
+	tb, err := testbed.StartEtcd(ctx, testbed.EtcdOptions{Topology: topo, CPUBudgets: e.CPUBudgets})
 	if err != nil {
 		return nil, err
 	}

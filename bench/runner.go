@@ -32,6 +32,12 @@ type Options struct {
 	Topology *testbed.Topology
 	// Endpoints attaches to an existing cluster instead of the test bed.
 	Endpoints []string
+	// ClientCPU confines this process, the clients, to this many cores
+	// while the runner lives (testbed.ConfineSelf), so that they cannot
+	// take the CPU the members' budgets promise; 0 leaves it unconfined.
+	// It needs the Backend's members to have budgets: processes the test
+	// bed starts begin in the clients' cgroup.
+	ClientCPU float64
 	// Progress is told about every run; nil shows nothing.
 	Progress Progress
 	// Logf prints remarks; nil discards them.
@@ -50,8 +56,9 @@ type Progress interface {
 
 // Runner runs scenarios, reusing one cluster per size.
 type Runner struct {
-	opts     Options
-	clusters map[clusterKey]Cluster
+	opts          Options
+	clusters      map[clusterKey]Cluster
+	releaseClient func() error // nil unless the client is confined
 }
 
 type clusterKey struct {
@@ -90,7 +97,17 @@ func NewRunner(opts Options) (*Runner, error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
-	return &Runner{opts: opts, clusters: map[clusterKey]Cluster{}}, nil
+	r := &Runner{opts: opts, clusters: map[clusterKey]Cluster{}}
+	if opts.ClientCPU != 0 {
+		if opts.ClientCPU < 0 || len(opts.Endpoints) > 0 || !BudgetsOf(opts.Backend).Confined() {
+			return nil, fmt.Errorf("%w: a client budget (%v cores) needs the test bed's members on budgets too", ErrBadWorkload, opts.ClientCPU)
+		}
+		var err error
+		if r.releaseClient, err = testbed.ConfineSelf(opts.ClientCPU); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
 }
 
 // Close stops the clusters the runner started.
@@ -98,6 +115,10 @@ func (r *Runner) Close() error {
 	var errs []error
 	for _, c := range r.clusters {
 		errs = append(errs, c.Close())
+	}
+	if r.releaseClient != nil {
+		errs = append(errs, r.releaseClient())
+		r.releaseClient = nil
 	}
 	return errors.Join(errs...)
 }
@@ -121,14 +142,15 @@ func (r *Runner) plan(name string) (plannedScenario, error) {
 		if len(r.opts.Endpoints) > 0 {
 			return ps, fmt.Errorf("scenario %s runs on %s, not on the %s cluster given", name, def.backend, r.opts.Backend.Name())
 		}
-		ps.backend = builtinBackends[def.backend]
+		ps.backend = withBudgets(builtinBackends[def.backend], BudgetsOf(r.opts.Backend))
 	}
 	if def.fixedNodes {
 		ps.nodes = def.nodes
 	}
 	if def.memberCPUs != nil && len(r.opts.Endpoints) == 0 {
+		// The scenario's own budgets, unless the user gave members theirs.
 		if e, ok := ps.backend.(Etcd); ok && e.MemberCPU == 0 && e.MemberCPUs == nil {
-			ps.backend = Etcd{MemberCPUs: def.memberCPUs}
+			ps.backend = Etcd{CPUBudgets: testbed.CPUBudgets{MemberCPUs: def.memberCPUs}}
 		}
 	}
 	if r.opts.Topology != nil {
@@ -299,7 +321,10 @@ func (r *Runner) runScenario(ctx context.Context, ps plannedScenario) ([]*Compar
 			return comps, err
 		}
 		comp := &Comparison{Scenario: ps.def.name, Variant: v.label, Section: ps.def.section, Baseline: ps.baseline,
-			Policies: ps.policies, Metrics: ps.def.metrics(ps.nodes), Trials: map[string][]Result{}, Notes: ps.def.notes}
+			Policies: ps.policies, Metrics: ps.def.metrics(ps.nodes), Trials: map[string][]Result{}, Notes: slices.Clone(ps.def.notes)}
+		if len(r.opts.Endpoints) == 0 {
+			comp.CPU = CPUMode(ps.backend, ps.nodes, r.opts.ClientCPU)
+		}
 		comps = append(comps, comp)
 		if err := r.runVariant(ctx, cl, ps, w, comp); err != nil {
 			return comps, err

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oproute/oproute/router"
+	"github.com/oproute/oproute/testbed"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -188,17 +189,27 @@ func TestPlanBackends(t *testing.T) {
 	}
 	// uneven brings its own cluster of unequal members unless
 	// --member-cpu says otherwise; zk-tail runs on zk whatever --backend.
-	if ps, err = zr.plan(ScenarioUneven); err != nil || !reflect.DeepEqual(ps.backend, Etcd{MemberCPUs: []float64{0.6, 0.2, 0.6}}) {
+	if ps, err = zr.plan(ScenarioUneven); err != nil || !reflect.DeepEqual(ps.backend, Etcd{testbed.CPUBudgets{MemberCPUs: []float64{0.6, 0.2, 0.6}}}) {
 		t.Fatalf("uneven with --backend zk: backend %#v, %v", ps.backend, err)
 	}
-	ur, _ := NewRunner(Options{Backend: Etcd{MemberCPU: 0.4}, Workload: DefaultWorkload()})
-	if ps, _ = ur.plan(ScenarioUneven); !reflect.DeepEqual(ps.backend, Etcd{MemberCPU: 0.4}) {
+	ur, _ := NewRunner(Options{Backend: Etcd{testbed.CPUBudgets{MemberCPU: 0.4}}, Workload: DefaultWorkload()})
+	if ps, _ = ur.plan(ScenarioUneven); !reflect.DeepEqual(ps.backend, Etcd{testbed.CPUBudgets{MemberCPU: 0.4}}) {
 		t.Fatalf("uneven with --member-cpu 0.4: backend %#v", ps.backend)
+	}
+	// Default budgets reach the scenarios bound to the other backend, and
+	// uneven keeps its own.
+	budgets, _ := DefaultBudgets(2)
+	br, _ := NewRunner(Options{Backend: Etcd{budgets}, Workload: DefaultWorkload()})
+	if ps, _ = br.plan(ScenarioZKHealthy); !reflect.DeepEqual(ps.backend, ZooKeeper{budgets}) {
+		t.Fatalf("zk-healthy from a budgeted etcd runner: backend %#v", ps.backend)
+	}
+	if ps, _ = br.plan(ScenarioUneven); !reflect.DeepEqual(ps.backend, Etcd{testbed.CPUBudgets{MemberCPUs: []float64{0.6, 0.2, 0.6}}}) {
+		t.Fatalf("uneven on default budgets: backend %#v", ps.backend)
 	}
 	if ps, _ = r.plan(ScenarioZKTail); ps.backend.Name() != "zk" {
 		t.Fatalf("zk-tail ran on %s", ps.backend.Name())
 	}
-	if fmt.Sprintf("%#v", Etcd{}) == fmt.Sprintf("%#v", Etcd{MemberCPUs: []float64{0.6, 0.2, 0.6}}) {
+	if fmt.Sprintf("%#v", Etcd{}) == fmt.Sprintf("%#v", Etcd{testbed.CPUBudgets{MemberCPUs: []float64{0.6, 0.2, 0.6}}}) {
 		t.Fatal("clusters of unequal members share the default cluster's key")
 	}
 	er, _ := NewRunner(Options{Backend: Etcd{}, Workload: DefaultWorkload(), Endpoints: []string{"127.0.0.1:2379"}})
@@ -232,5 +243,44 @@ func TestReplotRoundTrip(t *testing.T) {
 	}
 	if !strings.Contains(c.Markdown(), "| Extra reads (%) | 0.00 ± 0.00 | 3.00 ± 0.00 |") {
 		t.Errorf("extra reads row missing:\n%s", c.Markdown())
+	}
+}
+
+// TestCPUBudgets: the default leaves the client a quarter of the host (at
+// least half a core) and splits the rest among the members; every table
+// says which mode it ran in; a client budget without members' budgets is
+// refused, as the members would start in the clients' cgroup.
+func TestCPUBudgets(t *testing.T) {
+	for _, tc := range []struct {
+		cpus          int
+		client, each3 float64
+	}{{2, 0.5, 0.5}, {4, 1, 1}, {16, 4, 4}} {
+		b, client := DefaultBudgets(tc.cpus)
+		if client != tc.client || b.Of(0, 3) != tc.each3 || b.Of(2, 3) != tc.each3 {
+			t.Errorf("DefaultBudgets(%d): client %v, members %v/%v; want %v and %v each", tc.cpus, client, b.Of(0, 3), b.Of(2, 3), tc.client, tc.each3)
+		}
+	}
+	b, _ := DefaultBudgets(2)
+	if got := b.Of(4, 5); math.Abs(got-0.3) > 1e-9 {
+		t.Errorf("five members on two CPUs: %v cores each, want 0.3", got)
+	}
+	if m := CPUMode(Etcd{b}, 3, 0.5); !strings.Contains(m, "0.5 / 0.5 / 0.5 cores") || !strings.Contains(m, "the client 0.5") {
+		t.Errorf("budgeted mode line %q", m)
+	}
+	if m := CPUMode(ZooKeeper{}, 3, 0); !strings.Contains(m, "shared cores") {
+		t.Errorf("shared mode line %q", m)
+	}
+	for _, opts := range []Options{
+		{Backend: Etcd{}, ClientCPU: 0.5},
+		{Backend: Etcd{b}, ClientCPU: -1},
+		{Backend: Etcd{b}, ClientCPU: 0.5, Endpoints: []string{"127.0.0.1:2379"}},
+	} {
+		opts.Workload = DefaultWorkload()
+		if r, err := NewRunner(opts); !errors.Is(err, ErrBadWorkload) {
+			if err == nil {
+				r.Close()
+			}
+			t.Errorf("NewRunner(%#v, client %v): %v, want ErrBadWorkload", opts.Backend, opts.ClientCPU, err)
+		}
 	}
 }

@@ -156,6 +156,9 @@ type Comparison struct {
 	Trials map[string][]Result
 	// Notes are printed under the table.
 	Notes []string
+	// CPU says how the run shared the host's CPU (CPUMode); "" for a
+	// cluster not on the test bed.
+	CPU string `json:",omitempty"`
 }
 
 // Summary returns policy's metric over its trials.
@@ -251,6 +254,9 @@ func (c *Comparison) Markdown() string {
 	fmt.Fprintf(&b, "\n%d trial(s) per policy, interleaved.", n)
 	for _, note := range c.Notes {
 		b.WriteString(" " + note)
+	}
+	if c.CPU != "" {
+		b.WriteString(" " + c.CPU)
 	}
 	b.WriteString("\n")
 	if e := c.ejections(); e != "" {

@@ -20,7 +20,10 @@ import (
 
 // ZooKeeper is the ZooKeeper backend: ensembles of real servers from
 // Debian's zookeeper package on the test bed, or an existing ensemble.
-type ZooKeeper struct{}
+type ZooKeeper struct {
+	// CPUBudgets confine the test bed's servers; zero: shared cores.
+	testbed.CPUBudgets
+}
 
 // Name returns "zk".
 func (ZooKeeper) Name() string { return "zk" }
@@ -29,8 +32,8 @@ func (ZooKeeper) Name() string { return "zk" }
 const SessionTimeout = 10 * time.Second
 
 // Start starts an ensemble on the test bed.
-func (ZooKeeper) Start(ctx context.Context, topo testbed.Topology) (Cluster, error) {
-	tb, err := testbed.StartZK(ctx, testbed.ZKOptions{Topology: topo})
+func (z ZooKeeper) Start(ctx context.Context, topo testbed.Topology) (Cluster, error) {
+	tb, err := testbed.StartZK(ctx, testbed.ZKOptions{Topology: topo, CPUBudgets: z.CPUBudgets})
 	if err != nil {
 		return nil, err
 	}

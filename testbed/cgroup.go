@@ -3,15 +3,163 @@ package testbed
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
 
 // ErrNoCPULimit: the machine offers no writable cgroup CPU controller, so
-// EtcdOptions.MemberCPU cannot be honoured.
+// CPU budgets cannot be honoured.
 var ErrNoCPULimit = errors.New("testbed: no writable cgroup cpu controller")
+
+// CPUBudgets give members CPU budgets (cgroup quotas, each member's proxies
+// included), as if each ran on a machine of its own; the zero value leaves
+// them unconfined, sharing the host's cores. A cluster with budgets fails
+// to start with ErrNoCPULimit where cgroups cannot be written
+// (CPULimitAvailable says beforehand).
+type CPUBudgets struct {
+	// MemberCPUs gives each member its own budget, in member order:
+	// members of unequal capacity, as on machines of different sizes. A
+	// member beyond its end, or with 0, gets MemberCPU.
+	MemberCPUs []float64
+	// MemberCPU is every other member's budget, in cores.
+	MemberCPU float64
+	// ClusterCPU, when MemberCPU is 0, is split equally among the members
+	// the cluster starts with (members added later get the same share): a
+	// budget for the host's members that suits any cluster size.
+	ClusterCPU float64
+}
+
+// Confined reports whether any member has a budget.
+func (b CPUBudgets) Confined() bool {
+	return b.MemberCPU > 0 || b.ClusterCPU > 0 || slices.ContainsFunc(b.MemberCPUs, func(c float64) bool { return c > 0 })
+}
+
+// Of returns the budget of member i of a cluster that started with n
+// members, 0 when unconfined.
+func (b CPUBudgets) Of(i, n int) float64 {
+	switch {
+	case i < len(b.MemberCPUs) && b.MemberCPUs[i] > 0:
+		return b.MemberCPUs[i]
+	case b.MemberCPU > 0:
+		return b.MemberCPU
+	case b.ClusterCPU > 0 && n > 0:
+		return b.ClusterCPU / float64(n)
+	}
+	return 0
+}
+
+// memberLimits holds each member's cgroup (nil for an unconfined one):
+// every process of member i (its server, its proxies) joins limit i.
+type memberLimits struct {
+	budgets CPUBudgets
+	initial int    // members the cluster started with, for ClusterCPU
+	prefix  string // cgroup names: prefix-m<i>
+	limits  []*cpuLimit
+}
+
+// grow creates member i's cgroup; members are added in index order.
+func (l *memberLimits) grow(i int) error {
+	var lim *cpuLimit
+	if cores := l.budgets.Of(i, l.initial); cores > 0 {
+		var err error
+		if lim, err = newCPULimit(fmt.Sprintf("%s-m%d", l.prefix, i), cores); err != nil {
+			return err
+		}
+	}
+	l.limits = append(l.limits, lim)
+	return nil
+}
+
+// confine moves process pid into member i's cgroup, if it has one.
+func (l *memberLimits) confine(i, pid int) error {
+	if i >= len(l.limits) || l.limits[i] == nil {
+		return nil
+	}
+	return l.limits[i].add(pid)
+}
+
+// cores returns member i's budget, 0 when unconfined.
+func (l *memberLimits) cores(i int) float64 { return l.budgets.Of(i, l.initial) }
+
+// remove deletes the cgroups; the members' processes must have exited.
+func (l *memberLimits) remove() {
+	for _, lim := range l.limits {
+		if lim != nil {
+			lim.remove()
+		}
+	}
+	l.limits = nil
+}
+
+// CPULimitAvailable returns nil when this machine lets the test bed give
+// CPU budgets (a writable cgroup CPU controller), else an error wrapping
+// ErrNoCPULimit that says why.
+func CPULimitAvailable() error {
+	l, err := newCPULimit(fmt.Sprintf("oproute-probe-%d-%d", os.Getpid(), rand.Uint64()), 1)
+	if err != nil {
+		return err
+	}
+	l.remove()
+	return nil
+}
+
+// ConfineSelf confines the calling process, every thread of it, to cores
+// CPUs, so that the clients it runs cannot take the CPU that members'
+// budgets promise them. Processes it starts afterwards begin in the same
+// cgroup until moved: start members with budgets, or they share the
+// clients'. release moves the process back to the cgroup it came from and
+// removes the new one.
+func ConfineSelf(cores float64) (release func() error, err error) {
+	home, err := cpuCgroupOf("self")
+	if err != nil {
+		return nil, err
+	}
+	l, err := newCPULimit(fmt.Sprintf("oproute-client-%d-%d", os.Getpid(), rand.Uint64()), cores)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.add(os.Getpid()); err != nil {
+		l.remove()
+		return nil, fmt.Errorf("%w: %w", ErrNoCPULimit, err)
+	}
+	return func() error {
+		if err := os.WriteFile(filepath.Join(home, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			return fmt.Errorf("testbed: leave the clients' cgroup: %w", err)
+		}
+		l.remove()
+		return nil
+	}, nil
+}
+
+// cpuCgroupOf returns the directory of process pid's cgroup ("self": the
+// caller's) in the hierarchy that holds the cpu controller (v2's unified
+// one, or v1's cpu one), where newCPULimit makes its cgroups.
+func cpuCgroupOf(pid string) (string, error) {
+	b, err := os.ReadFile("/proc/" + pid + "/cgroup")
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrNoCPULimit, err)
+	}
+	_, v2err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		// hierarchy-ID:controllers:path
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		if v2err == nil && f[0] == "0" {
+			return filepath.Join("/sys/fs/cgroup", f[2]), nil
+		}
+		if v2err != nil && slices.Contains(strings.Split(f[1], ","), "cpu") {
+			return filepath.Join("/sys/fs/cgroup/cpu", f[2]), nil
+		}
+	}
+	return "", fmt.Errorf("%w: no cpu hierarchy in /proc/self/cgroup", ErrNoCPULimit)
+}
 
 // cfsPeriodMicros is the CFS bandwidth period. The kernel's default of
 // 100 ms lets a member that used its quota early stall for tens of
@@ -27,7 +175,7 @@ type cpuLimit struct {
 // newCPULimit creates a cgroup allowing cores CPUs (cgroup v2's cpu.max
 // or v1's cfs quota, whichever this machine has).
 func newCPULimit(name string, cores float64) (*cpuLimit, error) {
-	quota := int(cores * cfsPeriodMicros)
+	quota := int(math.Round(cores * cfsPeriodMicros))
 	if quota < 1000 {
 		return nil, fmt.Errorf("testbed: %v cores is below the 0.1-core minimum", cores)
 	}

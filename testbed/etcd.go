@@ -32,23 +32,9 @@ type EtcdOptions struct {
 	// ClientTLS serves clients over TLS with a certificate from a throw-away
 	// CA; ClientTLS() returns a configuration that trusts it.
 	ClientTLS bool
-	// MemberCPU confines each member (with its proxies) to this many cores
-	// through a cgroup, as if each ran on its own small machine; 0 leaves
-	// them unconfined, sharing the host's cores. StartEtcd fails with
-	// ErrNoCPULimit where cgroups cannot be written.
-	MemberCPU float64
-	// MemberCPUs gives each member its own budget instead, in member order
-	// (a member beyond its end, or with 0, gets MemberCPU): members of
-	// unequal capacity, as on machines of different sizes.
-	MemberCPUs []float64
-}
-
-// cpuOf is member i's budget, 0 when unconfined.
-func (o EtcdOptions) cpuOf(i int) float64 {
-	if i < len(o.MemberCPUs) && o.MemberCPUs[i] > 0 {
-		return o.MemberCPUs[i]
-	}
-	return o.MemberCPU
+	// CPUBudgets confine members to a share of the CPU; the zero value
+	// leaves them sharing the host's cores.
+	CPUBudgets
 }
 
 // EtcdCluster is a running test-bed etcd cluster.
@@ -59,9 +45,6 @@ type EtcdCluster struct {
 	members []*EtcdMember
 
 	cluster // network, fault knobs
-
-	memberCPU float64
-	limits    []*cpuLimit // per member; an unconfined member's is nil
 
 	mu     sync.Mutex
 	admins map[int]*clientv3.Client
@@ -94,7 +77,7 @@ func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 
 	c := &EtcdCluster{topo: opts.Topology, token: fmt.Sprintf("oproute-%d", rand.Uint64()), admins: map[int]*clientv3.Client{}}
 	c.net = &netState{Topo: opts.Topology, Extra: make([]linkExtra, len(opts.Topology.Zones)), IDs: map[string]int{}}
-	c.memberCPU = opts.MemberCPU
+	c.cpu = memberLimits{budgets: opts.CPUBudgets, initial: len(opts.Topology.Zones), prefix: "oproute-" + c.token}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -103,12 +86,9 @@ func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 	if err := c.prepare(ctx, opts.Dir, "oproute-etcd-", opts.ClientTLS); err != nil {
 		return nil, err
 	}
-	c.limits = make([]*cpuLimit, len(c.topo.Zones))
-	for i := range c.limits {
-		if cores := opts.cpuOf(i); cores > 0 {
-			if c.limits[i], err = newCPULimit(fmt.Sprintf("oproute-%s-m%d", c.token, i), cores); err != nil {
-				return nil, err
-			}
+	for i := range c.topo.Zones {
+		if err := c.cpu.grow(i); err != nil {
+			return nil, err
 		}
 	}
 	c.http = &http.Client{Transport: &http.Transport{TLSClientConfig: c.ClientTLS()}, Timeout: 5 * time.Second}
@@ -188,11 +168,9 @@ func (c *EtcdCluster) launch(m *EtcdMember) error {
 		if err != nil {
 			return fmt.Errorf("testbed: start %s: %w", m.Name, err)
 		}
-		if l := c.limits[m.Index]; l != nil {
-			if err := l.add(cmd.Process.Pid); err != nil {
-				p.stop()
-				return err
-			}
+		if err := c.cpu.confine(m.Index, cmd.Process.Pid); err != nil {
+			p.stop()
+			return err
 		}
 		// The member hosts its own proxies: one process for both.
 		m.started(p)
@@ -211,9 +189,8 @@ func (c *EtcdCluster) waitReady(ctx context.Context, m *EtcdMember) error {
 	return awaitReady(ctx, p, m.Name, c.logPath(m))
 }
 
-// MemberCPU returns the cores each member is confined to (MemberCPU, which
-// members added later get too), 0 when unconfined.
-func (c *EtcdCluster) MemberCPU() float64 { return c.memberCPU }
+// MemberCPU returns the cores member i is confined to, 0 when unconfined.
+func (c *EtcdCluster) MemberCPU(i int) float64 { return c.cpu.cores(i) }
 
 // Size returns the number of members.
 func (c *EtcdCluster) Size() int { return len(c.members) }
@@ -288,13 +265,7 @@ func (c *EtcdCluster) Close() error {
 	if c.http != nil {
 		c.http.CloseIdleConnections()
 	}
-	err := c.closeNodes()
-	for _, l := range c.limits {
-		if l != nil {
-			l.remove()
-		}
-	}
-	return err
+	return c.closeNodes()
 }
 
 // Zones returns each member's zone.

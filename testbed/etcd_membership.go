@@ -54,13 +54,9 @@ func (c *EtcdCluster) AddMember(ctx context.Context, zone string) (int, error) {
 		}
 	}
 	m.spec.InitialCluster = strings.Join(initial, ",")
-	var l *cpuLimit
-	if c.memberCPU > 0 {
-		if l, err = newCPULimit(fmt.Sprintf("oproute-%s-m%d", c.token, i), c.memberCPU); err != nil {
-			return -1, err
-		}
+	if err := c.cpu.grow(i); err != nil {
+		return -1, err
 	}
-	c.limits = append(c.limits, l)
 	c.members = append(c.members, m)
 	c.topo.Zones = append(c.topo.Zones, zone)
 	c.grow(&m.server, i, zone, strconv.FormatUint(resp.Member.ID, 16))

@@ -38,6 +38,7 @@ type cluster struct {
 	ownDir  bool      // made by the testbed: Close removes it
 	bin     string    // the member binary (etcd members, ZooKeeper's proxies)
 	tls     *tlsFiles // nil without ClientTLS
+	cpu     memberLimits
 	closing atomic.Bool
 }
 
@@ -66,6 +67,7 @@ func (c *cluster) closeNodes() error {
 	for _, s := range c.nodes {
 		s.close()
 	}
+	c.cpu.remove()
 	if c.ownDir {
 		return os.RemoveAll(c.dir)
 	}

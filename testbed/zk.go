@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,6 +67,9 @@ type ZKOptions struct {
 	// client certificate. The plain client port stays, for the test bed's own
 	// four-letter commands (DirectEndpoints).
 	ClientTLS bool
+	// CPUBudgets confine each server (its JVM and its proxies) to a share
+	// of the CPU; the zero value leaves them sharing the host's cores.
+	CPUBudgets
 	// Reconfig runs the ensemble with dynamic reconfiguration
 	// (reconfigEnabled, skipACL so that any client may reconfigure), for
 	// AddServer and RemoveServer. A reconfiguration gives every server the
@@ -154,6 +158,12 @@ func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
 	}()
 	if err := c.prepare(ctx, opts.Dir, "oproute-zk-", opts.ClientTLS); err != nil {
 		return nil, err
+	}
+	c.cpu = memberLimits{budgets: opts.CPUBudgets, initial: n, prefix: fmt.Sprintf("oproute-zk-%d", rand.Uint64())}
+	for i := range n {
+		if err := c.cpu.grow(i); err != nil {
+			return nil, err
+		}
 	}
 
 	// Ports: each server's own three, its proxied client port, its TLS
@@ -301,6 +311,10 @@ func (c *ZKCluster) startProxies(ctx context.Context, s *ZKServer) error {
 		if p, err = startChild(cmd, logPath); err != nil {
 			return fmt.Errorf("testbed: %s proxies: %w", s.Name, err)
 		}
+		if err := c.cpu.confine(s.Index, cmd.Process.Pid); err != nil {
+			p.stop()
+			return err
+		}
 		s.controlledBy(p)
 		return nil
 	})
@@ -322,6 +336,10 @@ func (c *ZKCluster) launchJVM(s *ZKServer) error {
 	p, err := startPlain(cmd, filepath.Join(dir, "jvm.out"))
 	if err != nil {
 		return fmt.Errorf("testbed: start %s: %w", s.Name, err)
+	}
+	if err := c.cpu.confine(s.Index, cmd.Process.Pid); err != nil {
+		p.stop()
+		return err
 	}
 	s.started(p)
 	return nil
@@ -386,6 +404,9 @@ func (c *ZKCluster) DirectEndpoints() []string {
 // ProxyPID returns the process ID of the server's proxies, 0 when they do
 // not run.
 func (s *ZKServer) ProxyPID() int { return s.control().pid() }
+
+// MemberCPU returns the cores server i is confined to, 0 when unconfined.
+func (c *ZKCluster) MemberCPU(i int) float64 { return c.cpu.cores(i) }
 
 // Zones returns each server's zone.
 func (c *ZKCluster) Zones() []string { return slices.Clone(c.topo.Zones) }

@@ -97,6 +97,9 @@ func (c *ZKCluster) AddServer(ctx context.Context, zone string) (int, error) {
 	s := &ZKServer{Index: i, Name: fmt.Sprintf("z%d", i), Zone: zone, SID: sid + 1,
 		clientPort: ports[0], quorumPort: ports[1], electionPort: ports[2]}
 	s.server.name = s.Name
+	if err := c.cpu.grow(i); err != nil {
+		return -1, err
+	}
 	c.servers = append(c.servers, s)
 	c.topo.Zones = append(c.topo.Zones, zone)
 	c.grow(&s.server, i, zone, strconv.Itoa(i))

@@ -57,7 +57,8 @@ func run() error {
 	fs.IntVar(&w.ConnsPerMember, "conns", w.ConnsPerMember, "connections per member, the same for every policy")
 	fs.Uint64Var(&w.Seed, "seed", w.Seed, "seed of the key choices")
 	backend := fs.String("backend", "etcd", "store: etcd or zk (ZooKeeper from Debian's zookeeper package); the zk-* scenarios always run on zk")
-	memberCPU := fs.String("member-cpu", "", "cores each test-bed etcd member may use (cgroup quota), as if on its own machine: one value for all, or one per member (0.6,0.2,0.6); none: share the host's")
+	memberCPU := fs.String("member-cpu", auto, "cores each test-bed member may use (cgroup quota, its proxies included), as if on its own machine: one value for all, or one per member (0.6,0.2,0.6); 0: shared cores; auto: the members share all but the client's part equally, where cgroups can be written (see docs/routebench.md)")
+	clientCPU := fs.String("client-cpu", auto, "cores the client process may use (cgroup quota) while members have budgets; 0: unconfined; auto: what the members' budgets leave of the host, at least 0.5")
 	nodes := fs.Int("nodes", 3, "members, for scenarios without a fixed size (3 or 5)")
 	topoFile := fs.String("topology", "", "three-zones (each member in a zone of its own: client and m0 in a, the leader m1 in b, m2 in c), or a JSON topology file (zones, one-way delays), replacing the default")
 	endpoints := fs.String("endpoints", "", "comma-separated endpoints of an existing cluster instead of the test bed (no fault injection)")
@@ -95,27 +96,20 @@ func run() error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
+	budgets, client, err := cpuBudgets(*memberCPU, *clientCPU, *nodes, *endpoints != "")
+	if err != nil {
+		return err
+	}
 	var be bench.Backend
 	switch *backend {
 	case "etcd":
-		cpus, err := parseCores(*memberCPU)
-		if err != nil {
-			return err
-		}
-		if len(cpus) == 1 {
-			be = bench.Etcd{MemberCPU: cpus[0]}
-		} else {
-			be = bench.Etcd{MemberCPUs: cpus}
-		}
+		be = bench.Etcd{CPUBudgets: budgets}
 	case "zk":
-		if *memberCPU != "" {
-			return fmt.Errorf("--member-cpu is for etcd members only")
-		}
-		be = bench.ZooKeeper{}
+		be = bench.ZooKeeper{CPUBudgets: budgets}
 	default:
 		return fmt.Errorf("unknown backend %q (want etcd or zk)", *backend)
 	}
-	opts := bench.Options{Backend: be, Workload: w, Set: set, Trials: *trials, Nodes: *nodes, Logf: logf}
+	opts := bench.Options{Backend: be, Workload: w, Set: set, Trials: *trials, Nodes: *nodes, Logf: logf, ClientCPU: client}
 	if *policies != "" {
 		opts.Policies = strings.Split(*policies, ",")
 	}
@@ -193,18 +187,77 @@ func headerText(opts bench.Options, scenario string) string {
 			topo.Zones, topo.ClientZone, time.Duration(topo.SameZone), time.Duration(topo.CrossZone), 100*topo.Jitter, leader)
 	}
 	fmt.Fprintf(&b, "machine: %d CPUs, %s; latencies are service times (see bench docs)\n", runtime.NumCPU(), runtime.Version())
+	if len(opts.Endpoints) == 0 {
+		fmt.Fprintf(&b, "%s\n", bench.CPUMode(opts.Backend, opts.Nodes, opts.ClientCPU))
+	}
 	return b.String()
+}
+
+// auto is the default of --member-cpu and --client-cpu.
+const auto = "auto"
+
+// cpuBudgets reads --member-cpu and --client-cpu. auto gives members
+// bench.DefaultBudgets where the test bed can confine processes and
+// shared cores, said in a remark, where it cannot; an automatic client
+// budget is what the members' budgets leave of the host.
+func cpuBudgets(member, client string, nodes int, external bool) (testbed.CPUBudgets, float64, error) {
+	var b testbed.CPUBudgets
+	if external {
+		if member != auto || client != auto {
+			return b, 0, fmt.Errorf("--member-cpu and --client-cpu are for the test bed, not --endpoints")
+		}
+		return b, 0, nil
+	}
+	clientAuto := client == auto
+	var clientCores float64
+	if member == auto {
+		if err := testbed.CPULimitAvailable(); err != nil {
+			logf("shared cores: the test bed cannot give members CPU budgets here (%v); --member-cpu 0 says so quietly", err)
+			if !clientAuto {
+				return b, 0, fmt.Errorf("--client-cpu %s: %w", client, err)
+			}
+			return b, 0, nil
+		}
+		b, clientCores = bench.DefaultBudgets(runtime.NumCPU())
+	} else {
+		cpus, err := parseCores(member)
+		if err != nil {
+			return b, 0, err
+		}
+		if len(cpus) == 1 {
+			b.MemberCPU = cpus[0]
+		} else {
+			b.MemberCPUs = cpus
+		}
+		if b.Confined() && clientAuto {
+			left := float64(runtime.NumCPU())
+			for i := range nodes {
+				left -= b.Of(i, nodes)
+			}
+			if clientCores = max(bench.MinClientCPU, left); left < bench.MinClientCPU {
+				logf("the members' budgets leave the client %.2g of %d CPUs: it gets %.2g and the host is overcommitted", left, runtime.NumCPU(), clientCores)
+			}
+		}
+	}
+	if !clientAuto {
+		v, err := strconv.ParseFloat(client, 64)
+		if err != nil || v < 0 || v > 1024 || math.IsNaN(v) {
+			return b, 0, fmt.Errorf("--client-cpu %q: want cores, e.g. 0.5, or 0 for unconfined", client)
+		}
+		if v > 0 && !b.Confined() {
+			return b, 0, fmt.Errorf("--client-cpu %s needs members on budgets (--member-cpu): unconfined members would share the client's", client)
+		}
+		clientCores = v
+	}
+	return b, clientCores, nil
 }
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "routebench: "+format+"\n", args...)
 }
 
-// parseCores reads --member-cpu: empty, one value, or one per member.
+// parseCores reads --member-cpu: one value, or one per member.
 func parseCores(s string) ([]float64, error) {
-	if s == "" {
-		return []float64{0}, nil
-	}
 	var out []float64
 	for _, f := range strings.Split(s, ",") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)

@@ -57,7 +57,7 @@ func run() error {
 	w := bench.DefaultWorkload()
 	w.Duration = *duration
 	opts := bench.Options{
-		Backend: storageBackend{bench.Etcd{MemberCPU: *memberCPU}}, Workload: w, Trials: *trials,
+		Backend: storageBackend{bench.Etcd{CPUBudgets: testbed.CPUBudgets{MemberCPU: *memberCPU}}}, Workload: w, Trials: *trials,
 		Policies: strings.Split(*policies, ","), Set: map[string]bool{"duration": true},
 		Progress: lines{}, Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "storagebench: "+f+"\n", a...) },
 	}

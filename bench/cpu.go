@@ -1,0 +1,69 @@
+package bench
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+
+	"github.com/oproute/oproute/testbed"
+)
+
+// MinClientCPU is the least a client process is confined to: below half a
+// core the clients, not the members, would set the pace.
+const MinClientCPU = 0.5
+
+// DefaultBudgets are the CPU budgets routebench runs with where the test
+// bed can confine processes: the client process keeps a quarter of the
+// host (at least MinClientCPU) and the members share the rest equally,
+// each confined as if on a machine of its own. On two cores: the client
+// 0.5, three members 0.5 each (five 0.3 each). Members that share cores
+// unconfined let a busy member slow the others and the client, which
+// favours policies that send reads to one member.
+func DefaultBudgets(cpus int) (members testbed.CPUBudgets, client float64) {
+	client = max(MinClientCPU, float64(cpus)/4)
+	return testbed.CPUBudgets{ClusterCPU: float64(cpus) - client}, client
+}
+
+// BudgetsOf returns the CPU budgets of a test-bed backend (zero for
+// others: shared cores).
+func BudgetsOf(be Backend) testbed.CPUBudgets {
+	switch b := be.(type) {
+	case Etcd:
+		return b.CPUBudgets
+	case ZooKeeper:
+		return b.CPUBudgets
+	}
+	return testbed.CPUBudgets{}
+}
+
+// withBudgets returns be with budgets b, when it is a test-bed backend.
+func withBudgets(be Backend, b testbed.CPUBudgets) Backend {
+	switch be.(type) {
+	case Etcd:
+		return Etcd{CPUBudgets: b}
+	case ZooKeeper:
+		return ZooKeeper{CPUBudgets: b}
+	}
+	return be
+}
+
+// CPUMode says in one line how a run on the test bed shares the host's
+// CPU: each member's budget and the client's, or shared cores and what
+// that changes. clientCPU is the client process's budget, 0 unconfined.
+func CPUMode(be Backend, nodes int, clientCPU float64) string {
+	b := BudgetsOf(be)
+	cpus := runtime.NumCPU()
+	if !b.Confined() {
+		return fmt.Sprintf("CPU: shared cores: the members, their proxies and the client run unconfined on the host's %d CPUs, so a busy member slows the others and the client, which favours sending reads to one member (leader_only, boltzmann) over spreading them.", cpus)
+	}
+	each := make([]string, nodes)
+	for i := range nodes {
+		each[i] = fmt.Sprintf("%.2g", b.Of(i, nodes))
+	}
+	client := "the client unconfined (it can take CPU the members' budgets assume)"
+	if clientCPU > 0 {
+		client = fmt.Sprintf("the client %.2g", clientCPU)
+	}
+	return fmt.Sprintf("CPU: budgets (cgroup quotas) of %s cores for members m0…m%d, proxies included, and %s, on a host of %d CPUs: as if each ran on a machine of its own.",
+		strings.Join(each, " / "), nodes-1, client, cpus)
+}

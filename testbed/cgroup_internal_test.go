@@ -1,0 +1,176 @@
+package testbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// requireCPULimit skips the test where this machine gives no cgroup CPU
+// controller to write (CI's machine does).
+func requireCPULimit(t *testing.T) {
+	t.Helper()
+	if err := CPULimitAvailable(); err != nil {
+		t.Skipf("no CPU budgets here: %v", err)
+	}
+}
+
+// quotaOf reads the cores a cgroup directory allows (v2 cpu.max or v1's
+// cfs quota and period); +Inf when unlimited.
+func quotaOf(t *testing.T, dir string) float64 {
+	t.Helper()
+	if b, err := os.ReadFile(filepath.Join(dir, "cpu.max")); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) != 2 || f[0] == "max" {
+			return math.Inf(1)
+		}
+		q, _ := strconv.ParseFloat(f[0], 64)
+		p, _ := strconv.ParseFloat(f[1], 64)
+		return q / p
+	}
+	read := func(name string) float64 {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+		return v
+	}
+	q := read("cpu.cfs_quota_us")
+	if q < 0 {
+		return math.Inf(1)
+	}
+	return q / read("cpu.cfs_period_us")
+}
+
+// budgetOfPID returns the cgroup directory and the cores process pid may use.
+func budgetOfPID(t *testing.T, pid int) (string, float64) {
+	t.Helper()
+	dir, err := cpuCgroupOf(strconv.Itoa(pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, quotaOf(t, dir)
+}
+
+// TestZKCPUBudgets: every process of a ZooKeeper server, its JVM and its
+// proxies, and a JVM started again after a kill, runs in that server's
+// cgroup with that server's quota; Close removes the cgroups.
+func TestZKCPUBudgets(t *testing.T) {
+	requireCPULimit(t)
+	c, err := StartZK(context.Background(), ZKOptions{CPUBudgets: CPUBudgets{MemberCPUs: []float64{0.3}, ClusterCPU: 1.2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []float64{0.3, 0.4, 0.4}
+	var dirs []string
+	check := func(i int) {
+		t.Helper()
+		s := c.Server(i)
+		jvm, jq := budgetOfPID(t, s.PID())
+		proxies, pq := budgetOfPID(t, s.ProxyPID())
+		if jvm != proxies || math.Abs(jq-want[i]) > 1e-9 || math.Abs(c.MemberCPU(i)-want[i]) > 1e-9 {
+			t.Errorf("z%d: JVM in %s (%.2f cores), proxies in %s (%.2f), MemberCPU %.2f; want both in one cgroup of %.2f cores",
+				i, jvm, jq, proxies, pq, c.MemberCPU(i), want[i])
+		}
+		dirs = append(dirs, jvm)
+	}
+	for i := range c.Size() {
+		check(i)
+	}
+	if err := c.Kill(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Restart(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	check(2)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cgroup %s left after Close (%v)", d, err)
+		}
+	}
+}
+
+// TestEtcdCPUBudgetBites: a member given 0.2 cores and kept busy uses no
+// more than that, by its own process's CPU time.
+func TestEtcdCPUBudgetBites(t *testing.T) {
+	requireCPULimit(t)
+	c := StartEtcdT(t, EtcdOptions{CPUBudgets: CPUBudgets{MemberCPUs: []float64{0, 0.2, 0}}})
+	if dir, q := budgetOfPID(t, c.Member(1).PID()); math.Abs(q-0.2) > 1e-9 {
+		t.Fatalf("m1 in %s with %.2f cores, want 0.2", dir, q)
+	}
+	if _, q := budgetOfPID(t, c.Member(0).PID()); !math.IsInf(q, 1) {
+		t.Fatalf("m0 limited to %.2f cores, want unconfined", q)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Member(1).Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	cpu0, wall0 := c.Member(1).CPUTime(), time.Now()
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for n := 0; ctx.Err() == nil; n++ {
+				cli.Get(ctx, fmt.Sprintf("k%d", (w+n)%50)) // serializable or not, it costs m1 CPU
+			}
+		})
+	}
+	wg.Wait()
+	used := (c.Member(1).CPUTime() - cpu0).Seconds() / time.Since(wall0).Seconds()
+	t.Logf("m1 used %.3f cores under load, budget 0.2", used)
+	// /proc's times tick at 10 ms: allow a little over the quota.
+	if used > 0.25 {
+		t.Errorf("m1 used %.3f cores, more than its 0.2 budget allows", used)
+	}
+	if used < 0.1 {
+		t.Errorf("m1 used only %.3f cores: the load did not reach it, the test shows nothing", used)
+	}
+}
+
+// TestConfineSelf: the calling process moves into a cgroup of its own with
+// the quota asked, and release moves it back and removes the cgroup.
+func TestConfineSelf(t *testing.T) {
+	requireCPULimit(t)
+	home, err := cpuCgroupOf("self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, err := ConfineSelf(1.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, q := budgetOfPID(t, os.Getpid())
+	if dir == home || math.Abs(q-1.5) > 1e-9 {
+		t.Errorf("confined to %s with %.2f cores, want a new cgroup (not %s) with 1.5", dir, q, home)
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	if back, _ := cpuCgroupOf("self"); back != home {
+		t.Errorf("after release in %s, want %s", back, home)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cgroup %s left after release (%v)", dir, err)
+	}
+	if _, err := ConfineSelf(0.05); err == nil {
+		t.Error("ConfineSelf(0.05) succeeded, want the 0.1-core minimum refused")
+	}
+}
