@@ -85,7 +85,7 @@ func writeCSV(path string, results []Result) error {
 		"read_p50_ms", "read_p90_ms", "read_p99_ms", "read_p999_ms",
 		"write_p50_ms", "write_p90_ms", "write_p99_ms", "write_p999_ms",
 		"throughput_ops", "reads", "writes", "errors", "reads_by_member", "writes_by_member",
-		"server_reads_by_member", "server_writes_by_member", "client_cpu_cores", "server_cpu_cores", "leader_changed", "extra"})
+		"server_reads_by_member", "server_writes_by_member", "client_cpu_cores", "server_cpu_cores", "leader_changed", "extra", "cpu_mode"})
 	f64 := func(x float64) string { return strconv.FormatFloat(x, 'f', 4, 64) }
 	list := func(xs []uint64) string {
 		parts := make([]string, len(xs))
@@ -101,7 +101,7 @@ func writeCSV(path string, results []Result) error {
 			f64(r.WriteP50ms), f64(r.WriteP90ms), f64(r.WriteP99ms), f64(r.WriteP999ms),
 			f64(r.ThroughputOps), strconv.FormatInt(r.Reads, 10), strconv.FormatInt(r.Writes, 10), strconv.FormatInt(r.Errors, 10),
 			list(r.ReadsByMember), list(r.WritesByMember), list(r.ServerReadsByMember), list(r.ServerWritesByMember),
-			f64(r.ClientCPU), f64(r.ServerCPU), strconv.FormatBool(r.LeaderChanged), string(extra)})
+			f64(r.ClientCPU), f64(r.ServerCPU), strconv.FormatBool(r.LeaderChanged), string(extra), r.CPUMode})
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {
@@ -137,7 +137,7 @@ func LoadComparisons(path string) ([]*Comparison, error) {
 				return nil, fmt.Errorf("%w: %q in %s", ErrUnknownScenario, r.Scenario, path)
 			}
 			c = &Comparison{Scenario: r.Scenario, Variant: r.Variant, Section: def.section, Baseline: def.baseline,
-				Metrics: def.metrics(len(r.ReadsByMember)), Trials: map[string][]Result{}, Notes: def.notes}
+				Metrics: def.metrics(len(r.ReadsByMember)), Trials: map[string][]Result{}, Notes: def.notes, CPU: r.CPUMode}
 			byKey[key] = c
 			comps = append(comps, c)
 		}

@@ -50,10 +50,12 @@ type Result struct {
 	// client of its own; nil for clients without a router).
 	EjectionsByMember []uint64 `json:"ejections_by_member,omitempty"`
 
-	// CPU seconds per second of measurement: the client process (with the
-	// test bed's proxies) and all member processes together.
+	// CPU seconds per second of measurement: the client process, and all
+	// member processes (with their proxies) together.
 	ClientCPU float64 `json:"client_cpu_cores"`
 	ServerCPU float64 `json:"server_cpu_cores,omitempty"`
+	// CPUMode is how the trial shared the host's CPU (CPUMode).
+	CPUMode string `json:"cpu_mode,omitempty"`
 
 	// LeaderChanged is set when the servers' leader moved during the trial:
 	// such a trial is not a steady-state measurement.

@@ -358,6 +358,7 @@ func (r *Runner) runVariant(ctx context.Context, cl Cluster, ps plannedScenario,
 			if res.LeaderChanged && !ps.def.failover {
 				changed++
 			}
+			res.CPUMode = comp.CPU
 			comp.Trials[policy] = append(comp.Trials[policy], res)
 		}
 	}

@@ -222,12 +222,12 @@ func TestPlanBackends(t *testing.T) {
 func TestReplotRoundTrip(t *testing.T) {
 	def := scenarioDefs(layoutOf(nil))[ScenarioTail]
 	c := &Comparison{Scenario: ScenarioTail, Variant: "80/20", Baseline: router.Hybrid, Policies: []string{router.Hybrid, HybridHedge},
-		Metrics: def.metrics(3), Notes: def.notes, Trials: map[string][]Result{}}
+		Metrics: def.metrics(3), Notes: def.notes, Trials: map[string][]Result{}, CPU: "CPU: shared cores."}
 	for k := range 2 {
 		for i, p := range c.Policies {
 			c.Trials[p] = append(c.Trials[p], Result{Scenario: ScenarioTail, Variant: "80/20", Policy: p, Trial: k + 1,
 				ReadP50ms: float64(5 + i + k), ReadP999ms: float64(200 - 100*i + k), Reads: 1000, HedgedReads: int64(30 * i),
-				ThroughputOps: 1000, ReadsByMember: []uint64{400, 300, 300}})
+				ThroughputOps: 1000, ReadsByMember: []uint64{400, 300, 300}, CPUMode: c.CPU})
 		}
 	}
 	dir := t.TempDir()
@@ -240,6 +240,9 @@ func TestReplotRoundTrip(t *testing.T) {
 	}
 	if len(got) != 1 || got[0].Markdown() != c.Markdown() {
 		t.Fatalf("redrawn:\n%s\nwant:\n%s", Markdown(got), c.Markdown())
+	}
+	if !strings.Contains(got[0].Markdown(), " CPU: shared cores.\n") {
+		t.Errorf("the CPU mode is lost in the redrawing:\n%s", got[0].Markdown())
 	}
 	if !strings.Contains(c.Markdown(), "| Extra reads (%) | 0.00 ± 0.00 | 3.00 ± 0.00 |") {
 		t.Errorf("extra reads row missing:\n%s", c.Markdown())

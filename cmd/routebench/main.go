@@ -1,12 +1,14 @@
 // Command routebench compares routing policies on a consensus store: by
 // default a 3-member etcd cluster started on the test bed (zones a, a, b on
-// loopback), the paper's healthy 80/20 comparison of round_robin, hybrid and
-// boltzmann, interleaved over 3 trials, printed as a table of mean ± sd with
-// each policy's ratio to round_robin.
+// loopback; each member, and the client, on a CPU budget of its own where
+// cgroups can be written), the paper's healthy 80/20 comparison of stock
+// clientv3, pinned, round_robin, hybrid and boltzmann, interleaved over 3 trials,
+// printed as a table of mean ± sd with each policy's ratio to stock.
 //
 //	go run ./cmd/routebench
 //	go run ./cmd/routebench --scenario all --out out/
 //	go run ./cmd/routebench --scenario fleet --backend zk
+//	go run ./cmd/routebench --member-cpu 0    # shared cores
 //	go run ./cmd/routebench --endpoints http://10.0.0.1:2379,http://10.0.0.2:2379,http://10.0.0.3:2379
 package main
 
