@@ -24,14 +24,12 @@ func DefaultBudgets(cpus int) (members testbed.CPUBudgets, client float64) {
 	return testbed.CPUBudgets{ClusterCPU: float64(cpus) - client}, client
 }
 
-// BudgetsOf returns the CPU budgets of a test-bed backend (zero for
-// others: shared cores).
+// BudgetsOf returns the CPU budgets of a test-bed backend, one that has
+// testbed.CPUBudgets' Budgets method (by embedding Etcd, say); zero for
+// others: shared cores.
 func BudgetsOf(be Backend) testbed.CPUBudgets {
-	switch b := be.(type) {
-	case Etcd:
-		return b.CPUBudgets
-	case ZooKeeper:
-		return b.CPUBudgets
+	if b, ok := be.(interface{ Budgets() testbed.CPUBudgets }); ok {
+		return b.Budgets()
 	}
 	return testbed.CPUBudgets{}
 }
@@ -58,11 +56,11 @@ func CPUMode(be Backend, nodes int, clientCPU float64) string {
 	}
 	each := make([]string, nodes)
 	for i := range nodes {
-		each[i] = fmt.Sprintf("%.2g", b.Of(i, nodes))
+		each[i] = fmt.Sprintf("%.3g", b.Of(i, nodes))
 	}
 	client := "the client unconfined (it can take CPU the members' budgets assume)"
 	if clientCPU > 0 {
-		client = fmt.Sprintf("the client %.2g", clientCPU)
+		client = fmt.Sprintf("the client %.3g", clientCPU)
 	}
 	return fmt.Sprintf("CPU: budgets (cgroup quotas) of %s cores for members m0…m%d, proxies included, and %s, on a host of %d CPUs: as if each ran on a machine of its own.",
 		strings.Join(each, " / "), nodes-1, client, cpus)

@@ -99,7 +99,7 @@ func NewRunner(opts Options) (*Runner, error) {
 	}
 	r := &Runner{opts: opts, clusters: map[clusterKey]Cluster{}}
 	if opts.ClientCPU != 0 {
-		if opts.ClientCPU < 0 || len(opts.Endpoints) > 0 || !BudgetsOf(opts.Backend).Confined() {
+		if !(opts.ClientCPU > 0 && opts.ClientCPU <= 1024) || len(opts.Endpoints) > 0 || !BudgetsOf(opts.Backend).Confined() {
 			return nil, fmt.Errorf("%w: a client budget (%v cores) needs the test bed's members on budgets too", ErrBadWorkload, opts.ClientCPU)
 		}
 		var err error

@@ -276,6 +276,7 @@ func TestCPUBudgets(t *testing.T) {
 	for _, opts := range []Options{
 		{Backend: Etcd{}, ClientCPU: 0.5},
 		{Backend: Etcd{b}, ClientCPU: -1},
+		{Backend: Etcd{b}, ClientCPU: math.NaN()},
 		{Backend: Etcd{b}, ClientCPU: 0.5, Endpoints: []string{"127.0.0.1:2379"}},
 	} {
 		opts.Workload = DefaultWorkload()

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // ErrNoCPULimit: the machine offers no writable cgroup CPU controller, so
@@ -24,15 +25,20 @@ var ErrNoCPULimit = errors.New("testbed: no writable cgroup cpu controller")
 type CPUBudgets struct {
 	// MemberCPUs gives each member its own budget, in member order:
 	// members of unequal capacity, as on machines of different sizes. A
-	// member beyond its end, or with 0, gets MemberCPU.
+	// member beyond its end, or with 0, gets MemberCPU, or else its share
+	// of ClusterCPU.
 	MemberCPUs []float64
 	// MemberCPU is every other member's budget, in cores.
 	MemberCPU float64
-	// ClusterCPU, when MemberCPU is 0, is split equally among the members
-	// the cluster starts with (members added later get the same share): a
-	// budget for the host's members that suits any cluster size.
+	// ClusterCPU ÷ the number of members the cluster starts with is the
+	// budget of every member that MemberCPUs and MemberCPU leave without
+	// one (members added later get the same): a budget for the host's
+	// members that suits any cluster size.
 	ClusterCPU float64
 }
+
+// Budgets returns b; backends that embed CPUBudgets have it too.
+func (b CPUBudgets) Budgets() CPUBudgets { return b }
 
 // Confined reports whether any member has a budget.
 func (b CPUBudgets) Confined() bool {
@@ -75,25 +81,63 @@ func (l *memberLimits) grow(i int) error {
 	return nil
 }
 
-// confine moves process pid into member i's cgroup, if it has one.
+// confine moves process pid into member i's cgroup. A member without one
+// goes back to where the process was before ConfineSelf, if it was called:
+// it shares the host, not the clients' budget.
 func (l *memberLimits) confine(i, pid int) error {
 	if i >= len(l.limits) || l.limits[i] == nil {
+		if home := clientHome.Load(); home != nil {
+			return joinCgroup(*home, pid)
+		}
 		return nil
 	}
 	return l.limits[i].add(pid)
+}
+
+// clientHome is the cgroup the process left for ConfineSelf's, nil when
+// it is not confined.
+var clientHome atomic.Pointer[string]
+
+// joinCgroup moves process pid (every thread of it) into cgroup dir.
+func joinCgroup(dir string, pid int) error {
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+		return fmt.Errorf("testbed: cgroup: %w", err)
+	}
+	return nil
+}
+
+// procs is the CPU count to tell member i's Go or Java runtime (0: let
+// it find out): both read their cgroup once, at start, before the test
+// bed has moved them into member i's.
+func (l *memberLimits) procs(i int) int {
+	if c := l.cores(i); c > 0 {
+		return max(1, int(math.Ceil(c-1e-9)))
+	}
+	return 0
+}
+
+// goEnv returns env with GOMAXPROCS set as Go itself would set it in
+// member i's cgroup (the quota rounded up, at least 2).
+func (l *memberLimits) goEnv(i int, env []string) []string {
+	if n := l.procs(i); n > 0 {
+		return append(env, fmt.Sprintf("GOMAXPROCS=%d", max(2, n)))
+	}
+	return env
 }
 
 // cores returns member i's budget, 0 when unconfined.
 func (l *memberLimits) cores(i int) float64 { return l.budgets.Of(i, l.initial) }
 
 // remove deletes the cgroups; the members' processes must have exited.
-func (l *memberLimits) remove() {
+func (l *memberLimits) remove() error {
+	var errs []error
 	for _, lim := range l.limits {
 		if lim != nil {
-			lim.remove()
+			errs = append(errs, lim.remove())
 		}
 	}
 	l.limits = nil
+	return errors.Join(errs...)
 }
 
 // CPULimitAvailable returns nil when this machine lets the test bed give
@@ -119,20 +163,30 @@ func ConfineSelf(cores float64) (release func() error, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// In a container without its own cgroup namespace the path names the
+	// host's hierarchy: without it here, release could not move back.
+	if _, err := os.Stat(filepath.Join(home, "cgroup.procs")); err != nil {
+		return nil, fmt.Errorf("%w: own cgroup: %w", ErrNoCPULimit, err)
+	}
+	if !clientHome.CompareAndSwap(nil, &home) {
+		return nil, errors.New("testbed: ConfineSelf: already confined")
+	}
 	l, err := newCPULimit(fmt.Sprintf("oproute-client-%d-%d", os.Getpid(), rand.Uint64()), cores)
 	if err != nil {
+		clientHome.Store(nil)
 		return nil, err
 	}
 	if err := l.add(os.Getpid()); err != nil {
 		l.remove()
+		clientHome.Store(nil)
 		return nil, fmt.Errorf("%w: %w", ErrNoCPULimit, err)
 	}
 	return func() error {
-		if err := os.WriteFile(filepath.Join(home, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		if err := joinCgroup(home, os.Getpid()); err != nil {
 			return fmt.Errorf("testbed: leave the clients' cgroup: %w", err)
 		}
-		l.remove()
-		return nil
+		clientHome.Store(nil)
+		return l.remove()
 	}, nil
 }
 
@@ -144,21 +198,28 @@ func cpuCgroupOf(pid string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrNoCPULimit, err)
 	}
-	_, v2err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
+	v2 := cgroupV2()
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		// hierarchy-ID:controllers:path
 		f := strings.SplitN(line, ":", 3)
 		if len(f) != 3 {
 			continue
 		}
-		if v2err == nil && f[0] == "0" {
+		if v2 && f[0] == "0" {
 			return filepath.Join("/sys/fs/cgroup", f[2]), nil
 		}
-		if v2err != nil && slices.Contains(strings.Split(f[1], ","), "cpu") {
+		if !v2 && slices.Contains(strings.Split(f[1], ","), "cpu") {
 			return filepath.Join("/sys/fs/cgroup/cpu", f[2]), nil
 		}
 	}
-	return "", fmt.Errorf("%w: no cpu hierarchy in /proc/self/cgroup", ErrNoCPULimit)
+	return "", fmt.Errorf("%w: no cpu hierarchy in /proc/%s/cgroup", ErrNoCPULimit, pid)
+}
+
+// cgroupV2 reports whether the cpu controller is on cgroup v2's unified
+// hierarchy (else v1's cpu hierarchy serves).
+func cgroupV2() bool {
+	ctrl, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers")
+	return err == nil && slices.Contains(strings.Fields(string(ctrl)), "cpu")
 }
 
 // cfsPeriodMicros is the CFS bandwidth period. The kernel's default of
@@ -179,7 +240,7 @@ func newCPULimit(name string, cores float64) (*cpuLimit, error) {
 	if quota < 1000 {
 		return nil, fmt.Errorf("testbed: %v cores is below the 0.1-core minimum", cores)
 	}
-	if ctrl, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers"); err == nil && strings.Contains(string(ctrl), "cpu") {
+	if cgroupV2() {
 		l := &cpuLimit{dir: filepath.Join("/sys/fs/cgroup", name), v2: true}
 		if err := os.Mkdir(l.dir, 0o755); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrNoCPULimit, err)
@@ -204,12 +265,12 @@ func newCPULimit(name string, cores float64) (*cpuLimit, error) {
 }
 
 // add moves a process (all its threads) into the cgroup.
-func (l *cpuLimit) add(pid int) error {
-	if err := os.WriteFile(filepath.Join(l.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
-		return fmt.Errorf("testbed: cgroup: %w", err)
+func (l *cpuLimit) add(pid int) error { return joinCgroup(l.dir, pid) }
+
+// remove deletes the cgroup; its processes must have exited.
+func (l *cpuLimit) remove() error {
+	if err := os.Remove(l.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("testbed: remove cgroup: %w", err)
 	}
 	return nil
 }
-
-// remove deletes the cgroup; its processes must have exited.
-func (l *cpuLimit) remove() { os.Remove(l.dir) }

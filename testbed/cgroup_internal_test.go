@@ -107,15 +107,29 @@ func TestZKCPUBudgets(t *testing.T) {
 }
 
 // TestEtcdCPUBudgetBites: a member given 0.2 cores and kept busy uses no
-// more than that, by its own process's CPU time.
+// more than that, by its own process's CPU time; with the clients
+// confined, a member without a budget shares the host, not their cgroup.
 func TestEtcdCPUBudgetBites(t *testing.T) {
 	requireCPULimit(t)
+	home, err := cpuCgroupOf("self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, err := ConfineSelf(1.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := release(); err != nil {
+			t.Error(err)
+		}
+	}()
 	c := StartEtcdT(t, EtcdOptions{CPUBudgets: CPUBudgets{MemberCPUs: []float64{0, 0.2, 0}}})
 	if dir, q := budgetOfPID(t, c.Member(1).PID()); math.Abs(q-0.2) > 1e-9 {
 		t.Fatalf("m1 in %s with %.2f cores, want 0.2", dir, q)
 	}
-	if _, q := budgetOfPID(t, c.Member(0).PID()); !math.IsInf(q, 1) {
-		t.Fatalf("m0 limited to %.2f cores, want unconfined", q)
+	if dir, q := budgetOfPID(t, c.Member(0).PID()); dir != home || !math.IsInf(q, 1) {
+		t.Fatalf("m0 in %s limited to %.2f cores, want unconfined in %s", dir, q, home)
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Member(1).Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -160,6 +174,9 @@ func TestConfineSelf(t *testing.T) {
 	dir, q := budgetOfPID(t, os.Getpid())
 	if dir == home || math.Abs(q-1.5) > 1e-9 {
 		t.Errorf("confined to %s with %.2f cores, want a new cgroup (not %s) with 1.5", dir, q, home)
+	}
+	if _, err := ConfineSelf(1); err == nil {
+		t.Error("a second ConfineSelf succeeded, want it refused")
 	}
 	if err := release(); err != nil {
 		t.Fatal(err)

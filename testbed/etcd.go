@@ -162,7 +162,7 @@ func (c *EtcdCluster) launch(m *EtcdMember) error {
 		m.spec.Net = net
 		spec, _ := json.Marshal(m.spec)
 		cmd := exec.Command(c.bin)
-		cmd.Env = append(os.Environ(), memberEnv+"="+string(spec))
+		cmd.Env = c.cpu.goEnv(m.Index, append(os.Environ(), memberEnv+"="+string(spec)))
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		p, err := startChild(cmd, c.logPath(m))
 		if err != nil {

@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -67,11 +68,11 @@ func (c *cluster) closeNodes() error {
 	for _, s := range c.nodes {
 		s.close()
 	}
-	c.cpu.remove()
+	cerr := c.cpu.remove()
 	if c.ownDir {
-		return os.RemoveAll(c.dir)
+		return errors.Join(os.RemoveAll(c.dir), cerr)
 	}
-	return nil
+	return cerr
 }
 
 // setNet changes the network state and sends it to every member's proxies,

@@ -305,7 +305,7 @@ func (c *ZKCluster) startProxies(ctx context.Context, s *ZKServer) error {
 		s.proxySpec.Net = net
 		spec, _ := json.Marshal(s.proxySpec)
 		cmd := exec.Command(c.bin)
-		cmd.Env = append(os.Environ(), zkProxyEnv+"="+string(spec))
+		cmd.Env = c.cpu.goEnv(s.Index, append(os.Environ(), zkProxyEnv+"="+string(spec)))
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		var err error
 		if p, err = startChild(cmd, logPath); err != nil {
@@ -326,11 +326,15 @@ func (c *ZKCluster) startProxies(ctx context.Context, s *ZKServer) error {
 
 func (c *ZKCluster) launchJVM(s *ZKServer) error {
 	dir := c.serverDir(s)
-	cmd := exec.Command("java",
-		fmt.Sprintf("-Xmx%dm", c.opts.HeapMB), "-Xms32m", "-XX:+UseSerialGC", "-XX:-UsePerfData",
-		"-Dzookeeper.log.dir="+dir, "-Dlog4j.configuration=file:"+filepath.Join(dir, "log4j.properties"),
+	args := []string{fmt.Sprintf("-Xmx%dm", c.opts.HeapMB), "-Xms32m", "-XX:+UseSerialGC", "-XX:-UsePerfData"}
+	if n := c.cpu.procs(s.Index); n > 0 {
+		// What the JVM would count in its cgroup, had it started there.
+		args = append(args, fmt.Sprintf("-XX:ActiveProcessorCount=%d", n))
+	}
+	args = append(args, "-Dzookeeper.log.dir="+dir, "-Dlog4j.configuration=file:"+filepath.Join(dir, "log4j.properties"),
 		"-cp", c.opts.ClassPath,
 		"org.apache.zookeeper.server.quorum.QuorumPeerMain", filepath.Join(dir, "zoo.cfg"))
+	cmd := exec.Command("java", args...)
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p, err := startPlain(cmd, filepath.Join(dir, "jvm.out"))

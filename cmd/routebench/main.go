@@ -16,7 +16,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -98,7 +97,24 @@ func run() error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
-	budgets, client, err := cpuBudgets(*memberCPU, *clientCPU, *nodes, *endpoints != "")
+	var topology *testbed.Topology
+	switch *topoFile {
+	case "":
+	case threeZones:
+		topo := testbed.ThreeZoneTopology()
+		topology = &topo
+	default:
+		topo, err := testbed.LoadTopology(*topoFile)
+		if err != nil {
+			return err
+		}
+		topology = &topo
+	}
+	size := *nodes // scenarios of a fixed size say their own budgets in their tables
+	if topology != nil {
+		size = len(topology.Zones)
+	}
+	budgets, client, err := cpuBudgets(*memberCPU, *clientCPU, size, *endpoints != "")
 	if err != nil {
 		return err
 	}
@@ -115,18 +131,7 @@ func run() error {
 	if *policies != "" {
 		opts.Policies = strings.Split(*policies, ",")
 	}
-	switch *topoFile {
-	case "":
-	case threeZones:
-		topo := testbed.ThreeZoneTopology()
-		opts.Topology = &topo
-	default:
-		topo, err := testbed.LoadTopology(*topoFile)
-		if err != nil {
-			return err
-		}
-		opts.Topology = &topo
-	}
+	opts.Topology = topology
 	if *endpoints != "" {
 		opts.Endpoints = strings.Split(*endpoints, ",")
 		logf("attaching to %v: no fault injection, no oracle", opts.Endpoints)
@@ -212,15 +217,26 @@ func cpuBudgets(member, client string, nodes int, external bool) (testbed.CPUBud
 	}
 	clientAuto := client == auto
 	var clientCores float64
+	if !clientAuto {
+		v, err := strconv.ParseFloat(client, 64)
+		if err != nil || !(v == 0 || v >= 0.1 && v <= 1024) {
+			return b, 0, fmt.Errorf("--client-cpu %q: want cores from 0.1, e.g. 0.5, or 0 for unconfined", client)
+		}
+		clientCores = v
+	}
 	if member == auto {
 		if err := testbed.CPULimitAvailable(); err != nil {
-			logf("shared cores: the test bed cannot give members CPU budgets here (%v); --member-cpu 0 says so quietly", err)
-			if !clientAuto {
+			if clientCores > 0 {
 				return b, 0, fmt.Errorf("--client-cpu %s: %w", client, err)
 			}
+			logf("shared cores: the test bed cannot give members CPU budgets here (%v); --member-cpu 0 says so quietly", err)
 			return b, 0, nil
 		}
-		b, clientCores = bench.DefaultBudgets(runtime.NumCPU())
+		var def float64
+		b, def = bench.DefaultBudgets(runtime.NumCPU())
+		if clientAuto {
+			clientCores = def
+		}
 	} else {
 		cpus, err := parseCores(member)
 		if err != nil {
@@ -237,25 +253,14 @@ func cpuBudgets(member, client string, nodes int, external bool) (testbed.CPUBud
 				left -= b.Of(i, nodes)
 			}
 			if clientCores = max(bench.MinClientCPU, left); left < bench.MinClientCPU {
-				logf("the members' budgets leave the client %.2g of %d CPUs: it gets %.2g and the host is overcommitted", left, runtime.NumCPU(), clientCores)
+				logf("the members' budgets leave the client %.3g of %d CPUs: it gets %.3g and the host is overcommitted", left, runtime.NumCPU(), clientCores)
 			}
 		}
 	}
-	if !clientAuto {
-		v, err := strconv.ParseFloat(client, 64)
-		if err != nil || v < 0 || v > 1024 || math.IsNaN(v) {
-			return b, 0, fmt.Errorf("--client-cpu %q: want cores, e.g. 0.5, or 0 for unconfined", client)
-		}
-		if v > 0 && !b.Confined() {
-			return b, 0, fmt.Errorf("--client-cpu %s needs members on budgets (--member-cpu): unconfined members would share the client's", client)
-		}
-		clientCores = v
+	if clientCores > 0 && !b.Confined() {
+		return b, 0, fmt.Errorf("--client-cpu %s needs members on budgets (--member-cpu): unconfined members would share the client's", client)
 	}
 	return b, clientCores, nil
-}
-
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "routebench: "+format+"\n", args...)
 }
 
 // parseCores reads --member-cpu: one value, or one per member.
@@ -263,7 +268,7 @@ func parseCores(s string) ([]float64, error) {
 	var out []float64
 	for _, f := range strings.Split(s, ",") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-		if err != nil || v < 0 || v > 64 || math.IsNaN(v) {
+		if err != nil || !(v == 0 || v >= 0.1 && v <= 64) { // the test bed's minimum quota is 0.1
 			return nil, fmt.Errorf("--member-cpu %q: want cores per member, e.g. 0.4 or 0.6,0.2,0.6", s)
 		}
 		out = append(out, v)
@@ -309,6 +314,9 @@ func runFleet(ctx context.Context, r *bench.Runner, opts bench.Options, out, row
 	res, err := r.RunFleets(ctx, cases, policies, trials)
 	opts.Progress.(*progress).close()
 	table := bench.FleetMarkdown(res)
+	if len(opts.Endpoints) == 0 {
+		table += "\n" + bench.CPUMode(opts.Backend, 3, opts.ClientCPU) + "\n"
+	}
 	fmt.Println()
 	fmt.Print(table)
 	if out != "" && len(res) > 0 {
@@ -321,4 +329,8 @@ func runFleet(ctx context.Context, r *bench.Runner, opts bench.Options, out, row
 		logf("wrote %s/fleet.md", out)
 	}
 	return err
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "routebench: "+format+"\n", args...)
 }
