@@ -26,6 +26,21 @@ func requireCPULimit(t *testing.T) {
 	}
 }
 
+// confineSelfT confines the test process to cores (skipping where it
+// cannot be) and returns the cgroup it came from and ConfineSelf's release.
+func confineSelfT(t *testing.T, cores float64) (home string, release func() error) {
+	t.Helper()
+	requireCPULimit(t)
+	home, err := cpuCgroupOf("self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if release, err = ConfineSelf(cores); err != nil {
+		t.Fatal(err)
+	}
+	return home, release
+}
+
 // quotaOf reads the cores a cgroup directory allows (v2 cpu.max or v1's
 // cfs quota and period); +Inf when unlimited.
 func quotaOf(t *testing.T, dir string) float64 {
@@ -110,15 +125,7 @@ func TestZKCPUBudgets(t *testing.T) {
 // more than that, by its own process's CPU time; with the clients
 // confined, a member without a budget shares the host, not their cgroup.
 func TestEtcdCPUBudgetBites(t *testing.T) {
-	requireCPULimit(t)
-	home, err := cpuCgroupOf("self")
-	if err != nil {
-		t.Fatal(err)
-	}
-	release, err := ConfineSelf(1.5)
-	if err != nil {
-		t.Fatal(err)
-	}
+	home, release := confineSelfT(t, 1.5)
 	defer func() {
 		if err := release(); err != nil {
 			t.Error(err)
@@ -162,15 +169,7 @@ func TestEtcdCPUBudgetBites(t *testing.T) {
 // TestConfineSelf: the calling process moves into a cgroup of its own with
 // the quota asked, and release moves it back and removes the cgroup.
 func TestConfineSelf(t *testing.T) {
-	requireCPULimit(t)
-	home, err := cpuCgroupOf("self")
-	if err != nil {
-		t.Fatal(err)
-	}
-	release, err := ConfineSelf(1.5)
-	if err != nil {
-		t.Fatal(err)
-	}
+	home, release := confineSelfT(t, 1.5)
 	dir, q := budgetOfPID(t, os.Getpid())
 	if dir == home || math.Abs(q-1.5) > 1e-9 {
 		t.Errorf("confined to %s with %.2f cores, want a new cgroup (not %s) with 1.5", dir, q, home)
