@@ -189,9 +189,6 @@ func (c *EtcdCluster) waitReady(ctx context.Context, m *EtcdMember) error {
 	return awaitReady(ctx, p, m.Name, c.logPath(m))
 }
 
-// MemberCPU returns the cores member i is confined to, 0 when unconfined.
-func (c *EtcdCluster) MemberCPU(i int) float64 { return c.cpu.cores(i) }
-
 // Size returns the number of members.
 func (c *EtcdCluster) Size() int { return len(c.members) }
 

@@ -59,6 +59,9 @@ func (c *cluster) prepare(ctx context.Context, dir, prefix string, clientTLS boo
 	return err
 }
 
+// MemberCPU returns the cores member i is confined to, 0 when unconfined.
+func (c *cluster) MemberCPU(i int) float64 { return c.cpu.cores(i) }
+
 // beginClose reports whether this is the cluster's first Close.
 func (c *cluster) beginClose() bool { return c.closing.CompareAndSwap(false, true) }
 

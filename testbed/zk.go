@@ -409,9 +409,6 @@ func (c *ZKCluster) DirectEndpoints() []string {
 // not run.
 func (s *ZKServer) ProxyPID() int { return s.control().pid() }
 
-// MemberCPU returns the cores server i is confined to, 0 when unconfined.
-func (c *ZKCluster) MemberCPU(i int) float64 { return c.cpu.cores(i) }
-
 // Zones returns each server's zone.
 func (c *ZKCluster) Zones() []string { return slices.Clone(c.topo.Zones) }
 
