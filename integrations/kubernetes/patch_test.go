@@ -77,6 +77,11 @@ func TestAPIServerPatch(t *testing.T) {
 		"-replace=k8s.io/apiserver="+apiserver, "-replace=github.com/oproute/oproute="+root)
 
 	const pkg = "k8s.io/apiserver/pkg/storage/storagebackend/factory"
+	// TestTimeTravelHealthcheck replaces the constructor, so it never
+	// reaches the patch, and it races a sleep against the health check's
+	// rate limiter: on the unpatched module it fails about 1 run in 25 with
+	// six copies running at once (kubernetes/kubernetes#140526, open).
+	const upstreamFlaky = "^TestTimeTravelHealthcheck$"
 	// The variable reaches the routed constructor: with a policy the router
 	// does not know, the TLS test's client fails with the patch's error.
 	t.Run("unknown policy", func(t *testing.T) {
@@ -92,7 +97,7 @@ func TestAPIServerPatch(t *testing.T) {
 			name = policy
 		}
 		t.Run(name, func(t *testing.T) {
-			out := run(t, mod, []string{"OPROUTE_ETCD_POLICY=" + policy}, gobin, "test", "-race", "-count=1", "-v", pkg)
+			out := run(t, mod, []string{"OPROUTE_ETCD_POLICY=" + policy}, gobin, "test", "-race", "-count=1", "-v", "-skip", upstreamFlaky, pkg)
 			passed := strings.Count(out, "--- PASS")
 			if passed == 0 || strings.Contains(out, "--- FAIL") {
 				t.Fatalf("the factory's tests on the patched copy: %d passed\n%s", passed, out)
