@@ -194,3 +194,10 @@ func (c *Conn) releaseProbes() {
 		}
 	}
 }
+
+// answersProbes reports whether member idx, still a server of the Conn,
+// answered its last probe (it may have said it does not serve).
+func (c *Conn) answersProbes(idx int) bool {
+	st := c.r.Stats()
+	return idx < len(st.Members) && st.Members[idx].ProbeOK && !st.Members[idx].Retired
+}

@@ -320,6 +320,16 @@ func (s *session) follow() {
 		return // connecting: Next offers the target first
 	}
 	if !s.c.r.Reachable(cur) {
+		// A server that answers its probe but says it does not serve (no
+		// quorum) closes its client connections itself, so a session still
+		// established there is fresher news than the probe, which may
+		// predate the server's return to service (a round waits for its
+		// slowest probe): kicking it would only fail the calls in flight,
+		// as after an election. A server that does not answer (frozen, cut
+		// off) is left at once.
+		if s.zk.State() == zk.StateHasSession && s.c.answersProbes(cur) {
+			return
+		}
 		s.kick()
 		return
 	}
