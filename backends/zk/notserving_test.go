@@ -11,6 +11,7 @@ import (
 
 	ozk "github.com/oproute/oproute/backends/zk"
 	"github.com/oproute/oproute/internal/testutil"
+	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/testbed"
 )
 
@@ -85,7 +86,10 @@ func (c *liarConn) Read(b []byte) (int, error) {
 func TestStaleNotServingProbeKeepsSession(t *testing.T) {
 	c := testbed.StartZKT(t, testbed.ZKOptions{})
 	d := &probeLiar{}
-	conn, _ := connect(t, c, ozk.WithDialer(d.dial))
+	// Probed every round even when settled: the lie must reach the router soon.
+	conn, _ := connect(t, c, ozk.WithDialer(d.dial), ozk.WithRouterConfig(func(rc *router.Config) {
+		rc.StableProbeInterval = router.DefaultProbeInterval
+	}))
 	if _, err := conn.Create("/ns", []byte("x"), 0, acl); err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +107,13 @@ func TestStaleNotServingProbeKeepsSession(t *testing.T) {
 	addr := c.Endpoints()[x]
 	dials := d.sessionDials(addr)
 	d.armed.Store(&addr)
-	testutil.Poll(t, 20*time.Second, "the follower out of reach to the router", func() bool { return !conn.Stats().Members[x].Reachable })
+	// Reads go on, so that the follower is in use and probed every round.
+	testutil.Poll(t, 20*time.Second, "the follower out of reach to the router", func() bool {
+		if _, _, err := conn.Get("/ns"); err != nil {
+			t.Fatal(err)
+		}
+		return !conn.Stats().Members[x].Reachable
+	})
 	rounds := conn.Stats().ProbeRounds
 	testutil.Poll(t, 30*time.Second, "two more probe rounds", func() bool { return conn.Stats().ProbeRounds >= rounds+2 })
 	t.Logf("%d probes of m%d answered not serving", d.lies.Load(), x)

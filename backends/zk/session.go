@@ -319,17 +319,15 @@ func (s *session) follow() {
 	if cur < 0 {
 		return // connecting: Next offers the target first
 	}
-	if !s.c.r.Reachable(cur) {
-		// A server that answers its probe but says it does not serve (no
-		// quorum) closes its client connections itself, so a session still
-		// established there is fresher news than the probe, which may
-		// predate the server's return to service (a round waits for its
-		// slowest probe): kicking it would only fail the calls in flight,
-		// as after an election. A server that does not answer (frozen, cut
-		// off) is left at once.
-		if s.zk.State() == zk.StateHasSession && s.c.answersProbes(cur) {
-			return
-		}
+	if !s.c.r.Reachable(cur) && (s.zk.State() != zk.StateHasSession || !s.c.answersProbes(cur)) {
+		// A server that does not answer (frozen, cut off) is left at once.
+		// One that answers but says it does not serve (no quorum) closes
+		// its client connections itself, so a session still established
+		// there is fresher news than the probe, which may predate the
+		// server's return to service (a round waits for its slowest
+		// probe): cutting it would only fail the calls in flight, as after
+		// an election. Such a session moves drained, like any other, if it
+		// belongs elsewhere.
 		s.kick()
 		return
 	}
