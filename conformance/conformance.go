@@ -123,6 +123,7 @@ func Run(t *testing.T, h Harness) {
 	property(t, "Distance/ThreeZonesKeptAtLoad", func(t *testing.T) { testFarMemberKept(t, h, testbed.ThreeZoneTopology(), 30*time.Second) })
 	property(t, "Distance/DegradedFarFollowerLeaves", func(t *testing.T) { testDegradedFar(t, h) })
 	property(t, "Distance/DegradedBeforeClientStarts", func(t *testing.T) { testStartedDegraded(t, h) })
+	property(t, "Distance/FarFollowerKeptWhenIdle", func(t *testing.T) { testKeptWhenIdle(t, h) })
 	property(t, "LinearizableUnderLeaderChange", func(t *testing.T) { testLinearizable(t, h, router.Hybrid, leaderChangeFault) })
 	property(t, "LinearizableUnderDegradedMember", func(t *testing.T) { testLinearizable(t, h, router.Hybrid, degradedFault) })
 	// Beyond the paper: hybrid's variants keep its promises.

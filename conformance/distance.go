@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -37,6 +38,8 @@ func clusterOn(t *testing.T, h Harness, topo testbed.Topology) Cluster {
 // testFarMemberKept runs busyWorkers closed-loop workers, 80/20, for window
 // on a healthy cluster: nobody leaves the read pool, and every member
 // serves between 0.23 and 0.43 of the linearizable reads by its own count.
+// The load's own limit (maxDuration) ends it a second or two before a
+// 60 s window does; the window's last rounds are idle ones.
 func testFarMemberKept(t *testing.T, h Harness, topo testbed.Topology, window time.Duration) {
 	c := clusterOn(t, h, topo)
 	cli := connect(t, h, c.Endpoints(), router.Hybrid)
@@ -112,4 +115,73 @@ func testStartedDegraded(t *testing.T, h Harness) {
 		return cli.Stats().Members[slow].Ejected
 	})
 	t.Logf("ejected %v after the client started", time.Since(start))
+}
+
+// testKeptWhenIdle ends a run of reads just as the far follower's last
+// reads were slow (a blip shorter than the latency rule's EjectRounds, as a
+// pause or a congested link gives) and leaves the client idle. A round that
+// brings a member no reads brings no evidence: nobody leaves the pool
+// however long the client idles, and once reads resume the far member
+// keeps its share.
+func testKeptWhenIdle(t *testing.T, h Harness) {
+	topo := testbed.DefaultTopology(3)
+	c := clusterOn(t, h, topo)
+	cli := connect(t, h, c.Endpoints(), router.Hybrid)
+	leader := knownLeader(t, cli, c)
+	far := 2
+	if topo.Zones[far] == topo.ClientZone || far == leader {
+		t.Fatalf("member %d is not a far follower (zones %v, leader %d)", far, topo.Zones, leader)
+	}
+	ended := func(i int) uint64 { return cli.Stats().Members[i].OK[router.LinearizableRead] }
+	readUntil := func(what string, within time.Duration, done func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for !done() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %v: %+v", what, within, cli.Stats().Members)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), opTimeout)
+			_, _, err := cli.Get(ctx, "idle/seed")
+			cancel()
+			if err != nil {
+				t.Fatalf("read: %v", err)
+			}
+		}
+	}
+	// One caller reading in a loop: every member judged.
+	readUntil("every member judged", 10*time.Second, func() bool {
+		for i := range c.Endpoints() {
+			if ended(i) < 30 {
+				return false
+			}
+		}
+		return true
+	})
+	// The blip: a few slow reads on the far member, then the caller stops.
+	c.Degrade(far, 15*time.Millisecond, 0)
+	from := ended(far)
+	readUntil("slow reads on the far member", 5*time.Second, func() bool { return ended(far) >= from+2 })
+	c.Degrade(far, 0, 0)
+	st := cli.Stats().Members
+	lats := []time.Duration{st[0].ReadLatency, st[1].ReadLatency, st[2].ReadLatency}
+	slices.Sort(lats)
+	if st[far].ReadLatency < 2*lats[1]+5*time.Millisecond || st[far].Ejected {
+		t.Fatalf("setup: want the far member's read estimate far above the others' and it still in the pool: %+v", st)
+	}
+	t.Logf("after the blip, read estimates %v, %v, %v", st[0].ReadLatency, st[1].ReadLatency, st[2].ReadLatency)
+	idleUntil := time.Now().Add(3 * time.Second) // twelve rounds at the default probe interval
+	for time.Now().Before(idleUntil) {
+		for _, m := range cli.Stats().Members {
+			if m.Ejected || m.Ejections > 0 {
+				t.Fatalf("%s (zone %s) left the read pool while the client was idle: %+v", m.Member.ID, m.Member.Zone, cli.Stats().Members)
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // sampling the router's state, not synchronising
+	}
+	// Reads resume on the healed member: it stays.
+	from = ended(far)
+	readUntil("reads on the far member again", 10*time.Second, func() bool { return ended(far) >= from+100 })
+	if m := cli.Stats().Members[far]; m.Ejected || m.Ejections > 0 {
+		t.Fatalf("the far member left the read pool once reads resumed: %+v", cli.Stats().Members)
+	}
 }

@@ -21,7 +21,7 @@ import (
 // (adds, retirements, the leader retired), Busy and its end, hedge choices,
 // a closed loop in which the pool carries the share of the members out of it,
 // bursts of failed reads on every member,
-// stalls that cut every member's reads, calm spells that settle it, and
+// stalls that cut every member's reads, idle spells in which no read ends, calm spells that settle it, and
 // time passing, on an injected clock. After every step the invariants
 // hold (checkInvariants) and Pick does not panic for any class.
 //
@@ -403,6 +403,31 @@ func (m *machine) stall(t *rapid.T) {
 	}
 }
 
+// idle lets rounds pass with no read ending (a client between bursts):
+// the estimates stay as the last reads left them, which is no new
+// evidence, so no member leaves the pool on latency however many rounds
+// pass.
+func (m *machine) idle(t *rapid.T) {
+	ro := m.r.roster()
+	m.r.mu.Lock()
+	before := make([]uint64, len(ro.health))
+	for i, h := range ro.health {
+		before[i] = h.totalEjected
+	}
+	m.r.mu.Unlock()
+	for range rapid.IntRange(1, 3*m.r.cfg.EjectRounds).Draw(t, "idle rounds") {
+		m.clock.Advance(m.r.cfg.ProbeInterval)
+		m.r.round(context.Background(), false)
+	}
+	m.r.mu.Lock()
+	defer m.r.mu.Unlock()
+	for i, h := range ro.health {
+		if h.totalEjected > before[i] && h.ejectWhy == outLatency {
+			t.Fatalf("member %d ejected on latency while no read ended", i)
+		}
+	}
+}
+
 // errorBurst fails reads on every reachable member at once (an election:
 // every member answers "leader changed" for a while), some members' runs
 // ended by a success before the round and others not, then runs a round.
@@ -470,7 +495,7 @@ func (m *machine) steps(t *rapid.T, n int) {
 		"pick": m.pick, "done": m.done, "burst": m.burst, "probe": m.probe, "change": m.change,
 		"setMembers": m.setMembers, "busy": m.busy, "endBusy": m.endBusy, "hedge": m.hedge, "advance": m.advance,
 		"observeTerm": m.observeTerm, "unsettle": m.unsettle, "stall": m.stall, "calm": m.calm,
-		"errorBurst": m.errorBurst,
+		"errorBurst": m.errorBurst, "idle": m.idle,
 	}
 	names := slices.Sorted(func(yield func(string) bool) {
 		for k := range actions {
