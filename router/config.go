@@ -104,8 +104,9 @@ type Config struct {
 	// EjectRounds is how many rounds in a row the latency rule (or probe
 	// rounds in a row the probe-RTT rule) must hold before it ejects: a
 	// healthy member's tail crosses any line now and then, while a grey
-	// failure stays above it. A round that brought the member no read
-	// ending counts for neither side: an idle client judges nobody.
+	// failure stays above it. The latency rule counts a round only on the
+	// reads that ended in it: a round with none counts for neither side
+	// (an idle client judges nobody).
 	// Default is 3 (0.75 s at the default probe interval).
 	EjectRounds int
 	// ProbeShare is the fraction of reads an ejected member still receives,

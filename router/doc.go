@@ -38,11 +38,13 @@
 //     reflects the last few reads only, and rounds that end on a healthy
 //     member's tail would eject it. A round in which reads failed on most
 //     members (an election, the whole cluster stalled) is no latency
-//     evidence: every member is slow then, a far one most. Nor is a
-//     round that brought the member no read ending: an idle client's
-//     estimates stay as its last reads left them, so such a round neither
-//     extends nor ends the run (judged again each idle round, one slow
-//     read before a pause ejected a healthy member). Reads
+//     evidence: every member is slow then, a far one most. A round
+//     counts against a member only on the reads that ended in it: their
+//     own mean must be above the line too (the EWMA remembers earlier
+//     rounds' reads, which one round may not count again), and a round
+//     with none neither extends nor ends the run (an idle client's
+//     estimates stay as its last reads left them; judged again each idle
+//     round, one slow read before a pause ejected a healthy member). Reads
 //     the caller gave up on count as censored samples (the member took at
 //     least that long) when they are that far above the median, so a member
 //     slower than every caller's deadline is seen although it never

@@ -84,10 +84,12 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 //     censored ones included) above EjectRatio × the median of the judged
 //     members' and by more than MinEjectGap, at EjectRounds rounds in a row,
 //     counting no round in which reads failed or stalled (were cut far
-//     above the median) on most members within FailureWindow; a round that
-//     brought the member no new read neither extends nor ends its run (an
-//     idle client's estimates stay as its last reads left them: judged
-//     again each round, one slow read before a pause would eject);
+//     above the median) on most members within FailureWindow. A round
+//     counts against a member only on the reads that ended in it: the
+//     mean of those must be above the line too (the EWMA remembers the
+//     rounds before), and a round with none neither extends nor ends the
+//     run (an idle client's estimates stay as its last reads left them:
+//     judged again each round, one slow read before a pause would eject);
 //   - failures: ConsecutiveFailures failed reads in a row while most other
 //     members are not failing (a cluster-wide failure, an election, ejects
 //     nobody), or a failure share over FailureWindow that exceeds the
@@ -124,9 +126,10 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 		return nil
 	}
 	signal := make([]time.Duration, len(r.roster().health))
+	roundMean := make([]time.Duration, len(r.roster().health))
 	fresh := make([]bool, len(r.roster().health))
 	for i, h := range r.roster().health {
-		signal[i], fresh[i] = r.readSignalLocked(h)
+		signal[i], roundMean[i], fresh[i] = r.readSignalLocked(h)
 	}
 	var reads, probes []time.Duration
 	for _, i := range reachable {
@@ -190,10 +193,13 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 			}
 			continue
 		}
-		slowReads := !clusterTrouble && len(reads) >= 2 && h.read.Count() >= uint64(r.cfg.MinSamples) && r.farAbove(signal[i], median)
+		// The round's own reads must be slow too: the EWMA remembers reads
+		// of rounds before, which one round may not count again.
+		slowReads := !clusterTrouble && len(reads) >= 2 && h.read.Count() >= uint64(r.cfg.MinSamples) &&
+			r.farAbove(signal[i], median) && r.farAbove(roundMean[i], median)
 		slowProbes := len(probes) >= 2 && h.probed && h.probeFailures == 0 && h.probe.Count() >= minProbeSamples &&
 			float64(h.probe.Value()) > r.cfg.EjectRatio*float64(probeMedian) && h.probe.Value()-probeMedian > r.cfg.MinProbeEjectGap
-		if fresh[i] { // a round without new reads holds the run: an idle client's frozen estimates are no new evidence
+		if fresh[i] { // a round without reads holds the run: an idle client's estimates are no new evidence
 			h.slowReadRounds = countRun(h.slowReadRounds, slowReads)
 		}
 		if probed { // only probe rounds bring new probe evidence
@@ -300,17 +306,22 @@ func (r *Router) severity(h *memberHealth, read time.Duration, why string, media
 // readSignalLocked is the member's read latency as the latency rule judges
 // it: the mean of the round's samples when it had MinSamples of them (at
 // load, where one round's EWMA reflects its last few reads, a healthy
-// member's tail crosses any line now and then), else the EWMA; and whether
-// the round brought any new sample. Called once per member and round: it
-// starts the next round's sums. Caller must hold r.mu.
-func (r *Router) readSignalLocked(h *memberHealth) (signal time.Duration, fresh bool) {
+// member's tail crosses any line now and then), else the EWMA; the mean of
+// the round's samples however few; and whether the round had any. Called
+// once per member and round: it starts the next round's sums. Caller must
+// hold r.mu.
+func (r *Router) readSignalLocked(h *memberHealth) (signal, roundMean time.Duration, fresh bool) {
 	total, n := h.readTotal.Load(), h.readCount.Load()
 	dt, dn := total-h.roundTotal, n-h.roundCount
 	h.roundTotal, h.roundCount = total, n
-	if dn >= int64(r.cfg.MinSamples) && dt > 0 {
-		return time.Duration(dt / dn), true
+	if dn <= 0 {
+		return h.read.Value(), 0, false
 	}
-	return h.read.Value(), dn > 0
+	roundMean = time.Duration(dt / dn)
+	if dn >= int64(r.cfg.MinSamples) && dt > 0 {
+		return roundMean, roundMean, true
+	}
+	return h.read.Value(), roundMean, true
 }
 
 // failingMore reports whether member i's failure share exceeds the median

@@ -21,7 +21,8 @@ import (
 // (adds, retirements, the leader retired), Busy and its end, hedge choices,
 // a closed loop in which the pool carries the share of the members out of it,
 // bursts of failed reads on every member,
-// stalls that cut every member's reads, idle spells in which no read ends, calm spells that settle it, and
+// stalls that cut every member's reads, idle spells in which no read ends,
+// a few quick reads on a member whose estimate remembers slower ones, calm spells that settle it, and
 // time passing, on an injected clock. After every step the invariants
 // hold (checkInvariants) and Pick does not panic for any class.
 //
@@ -428,6 +429,46 @@ func (m *machine) idle(t *rapid.T) {
 	}
 }
 
+// quickReads ends a slow spell on one member, shorter than EjectRounds,
+// with a few 1 ms reads (fewer than MinSamples), then runs a round: whatever
+// its EWMA still remembers of the slow reads, a round whose own reads were
+// quick does not eject it on latency.
+func (m *machine) quickReads(t *rapid.T) {
+	m.r.mu.Lock()
+	reachable := slices.Clone(m.r.snap.Load().reachable)
+	m.r.mu.Unlock()
+	if len(reachable) == 0 {
+		return
+	}
+	ro := m.r.roster()
+	i := rapid.SampledFrom(reachable).Draw(t, "member")
+	reads := func(n int, d time.Duration) {
+		for range n {
+			p, err := m.r.Pick(WithMember(context.Background(), ro.members[i].ID), LinearizableRead)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.clock.Advance(d)
+			p.Done(OK)
+		}
+	}
+	slow := time.Duration(rapid.IntRange(10, 300).Draw(t, "slow ms")) * time.Millisecond
+	for range rapid.IntRange(0, m.r.cfg.EjectRounds-1).Draw(t, "slow rounds") {
+		reads(rapid.IntRange(1, 3).Draw(t, "slow reads"), slow)
+		m.r.round(context.Background(), true)
+	}
+	m.r.mu.Lock()
+	before, wasOut := ro.health[i].totalEjected, ro.health[i].ejected
+	m.r.mu.Unlock()
+	reads(rapid.IntRange(1, m.r.cfg.MinSamples-1).Draw(t, "quick reads"), time.Millisecond)
+	m.r.round(context.Background(), true)
+	m.r.mu.Lock()
+	defer m.r.mu.Unlock()
+	if h := ro.health[i]; !wasOut && h.totalEjected > before && h.ejectWhy == outLatency {
+		t.Fatalf("member %d ejected on latency in a round whose reads took 1 ms", i)
+	}
+}
+
 // errorBurst fails reads on every reachable member at once (an election:
 // every member answers "leader changed" for a while), some members' runs
 // ended by a success before the round and others not, then runs a round.
@@ -495,7 +536,7 @@ func (m *machine) steps(t *rapid.T, n int) {
 		"pick": m.pick, "done": m.done, "burst": m.burst, "probe": m.probe, "change": m.change,
 		"setMembers": m.setMembers, "busy": m.busy, "endBusy": m.endBusy, "hedge": m.hedge, "advance": m.advance,
 		"observeTerm": m.observeTerm, "unsettle": m.unsettle, "stall": m.stall, "calm": m.calm,
-		"errorBurst": m.errorBurst, "idle": m.idle,
+		"errorBurst": m.errorBurst, "idle": m.idle, "quickReads": m.quickReads,
 	}
 	names := slices.Sorted(func(yield func(string) bool) {
 		for k := range actions {
