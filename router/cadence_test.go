@@ -270,3 +270,26 @@ func TestMemberAnsweringNoneUnsettles(t *testing.T) {
 	}
 	tr.expectUnsettled(t, "with a member that answered no read for three rounds")
 }
+
+// A client that idles after a few slow reads on one member, short of an
+// ejection, still settles: a run of slow rounds is held over rounds without
+// reads for EjectRounds of them at most, and a held run keeps the router
+// unsettled.
+func TestIdleAfterSlowReadsSettles(t *testing.T) {
+	tr := newTestRouter(t, Config{EjectRounds: 3})
+	tr.cancel()
+	<-tr.done
+	tr.cfg.ProbeInterval, tr.cfg.StableProbeInterval = 250*time.Millisecond, 10*time.Second
+	tr.run(t, 300, LinearizableRead, flat(2*time.Millisecond))
+	tr.tick()
+	tr.run(t, 60, LinearizableRead, slowMember("m2", 50*time.Millisecond, 2*time.Millisecond))
+	tr.tick()
+	tr.mu.Lock()
+	run := tr.roster().health[2].slowReadRounds
+	tr.mu.Unlock()
+	if run != 1 {
+		t.Fatalf("m2's slow run is %d after one round of slow reads, want 1", run)
+	}
+	tr.settle(t)
+	tr.expectNoneEjected(t, "idle after one slow round")
+}

@@ -105,9 +105,10 @@ type Config struct {
 	// rounds in a row the probe-RTT rule) must hold before it ejects: a
 	// healthy member's tail crosses any line now and then, while a grey
 	// failure stays above it. The latency rule counts a round only on the
-	// reads that ended in it: a round with none counts for neither side
-	// (an idle client judges nobody).
-	// Default is 3 (0.75 s at the default probe interval).
+	// reads that ended in it; a round with none holds the run, for up to
+	// EjectRounds such rounds, so with sparse reads the rounds in a row
+	// take longer than EjectRounds intervals. Default is 3 (at least
+	// 0.75 s at the default probe interval).
 	EjectRounds int
 	// ProbeShare is the fraction of reads an ejected member still receives,
 	// so that its estimate can show a recovery. Default is 0.005.

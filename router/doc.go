@@ -42,7 +42,8 @@
 //     counts against a member only on the reads that ended in it: their
 //     own mean must be above the line too (the EWMA remembers earlier
 //     rounds' reads, which one round may not count again), and a round
-//     with none neither extends nor ends the run (an idle client's
+//     with none neither extends nor ends the run, for up to EjectRounds
+//     such rounds in a row, after which the run ends (an idle client's
 //     estimates stay as its last reads left them; judged again each idle
 //     round, one slow read before a pause ejected a healthy member). Reads
 //     the caller gave up on count as censored samples (the member took at

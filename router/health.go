@@ -88,7 +88,8 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 //     counts against a member only on the reads that ended in it: the
 //     mean of those must be above the line too (the EWMA remembers the
 //     rounds before), and a round with none neither extends nor ends the
-//     run (an idle client's estimates stay as its last reads left them:
+//     run, up to EjectRounds such rounds in a row, after which the run
+//     ends (an idle client's estimates stay as its last reads left them:
 //     judged again each round, one slow read before a pause would eject);
 //   - failures: ConsecutiveFailures failed reads in a row while most other
 //     members are not failing (a cluster-wide failure, an election, ejects
@@ -199,8 +200,16 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 			r.farAbove(signal[i], median) && r.farAbove(roundMean[i], median)
 		slowProbes := len(probes) >= 2 && h.probed && h.probeFailures == 0 && h.probe.Count() >= minProbeSamples &&
 			float64(h.probe.Value()) > r.cfg.EjectRatio*float64(probeMedian) && h.probe.Value()-probeMedian > r.cfg.MinProbeEjectGap
-		if fresh[i] { // a round without reads holds the run: an idle client's estimates are no new evidence
+		// A round without reads holds the run (an idle client's estimates
+		// are no new evidence; a member the load-aware choice avoids gets
+		// reads now and then), for as many rounds as a run takes to build:
+		// held longer, it is stale, and it would keep the router from
+		// settling.
+		if fresh[i] {
+			h.idleRounds = 0
 			h.slowReadRounds = countRun(h.slowReadRounds, slowReads)
+		} else if h.idleRounds++; h.idleRounds > r.cfg.EjectRounds {
+			h.slowReadRounds = 0
 		}
 		if probed { // only probe rounds bring new probe evidence
 			h.slowProbeRounds = countRun(h.slowProbeRounds, slowProbes)
