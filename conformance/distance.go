@@ -56,11 +56,7 @@ func testFarMemberKept(t *testing.T, h Harness, topo testbed.Topology, window ti
 	before := servedAll(t, c)
 	end := time.Now().Add(window)
 	for time.Now().Before(end) {
-		for _, m := range cli.Stats().Members {
-			if m.Ejected || m.Ejections > 0 {
-				t.Fatalf("%s (zone %s) left the read pool on a healthy cluster: %+v", m.Member.ID, m.Member.Zone, cli.Stats().Members)
-			}
-		}
+		nobodyLeft(t, cli, "on a healthy cluster")
 		time.Sleep(100 * time.Millisecond) // sampling the router's state, not synchronising
 	}
 	d := delta(servedAll(t, c), before)
@@ -81,14 +77,7 @@ func testFarMemberKept(t *testing.T, h Harness, topo testbed.Topology, window ti
 // topology) under the same busy load: out of the pool within 2 s, under
 // 2 % of reads by its own count after, back after the heal.
 func testDegradedFar(t *testing.T, h Harness) {
-	topo := testbed.DefaultTopology(3)
-	c := clusterOn(t, h, topo)
-	cli := connect(t, h, c.Endpoints(), router.Hybrid)
-	leader := knownLeader(t, cli, c)
-	far := 2
-	if topo.Zones[far] == topo.ClientZone || far == leader {
-		t.Fatalf("member %d is not a far follower (zones %v, leader %d)", far, topo.Zones, leader)
-	}
+	c, cli, far := farFollower(t, h)
 	startLoad(t, cli, busyWorkers, 0.8, "degradedfar")
 	testutil.Poll(t, 10*time.Second, "reads reach the far member", func() bool { return cli.Stats().Members[far].Reads() > 100 })
 
@@ -124,14 +113,7 @@ func testStartedDegraded(t *testing.T, h Harness) {
 // however long the client idles, and once reads resume the far member
 // keeps its share.
 func testKeptWhenIdle(t *testing.T, h Harness) {
-	topo := testbed.DefaultTopology(3)
-	c := clusterOn(t, h, topo)
-	cli := connect(t, h, c.Endpoints(), router.Hybrid)
-	leader := knownLeader(t, cli, c)
-	far := 2
-	if topo.Zones[far] == topo.ClientZone || far == leader {
-		t.Fatalf("member %d is not a far follower (zones %v, leader %d)", far, topo.Zones, leader)
-	}
+	c, cli, far := farFollower(t, h)
 	ended := func(i int) uint64 { return cli.Stats().Members[i].OK[router.LinearizableRead] }
 	readUntil := func(what string, within time.Duration, done func() bool) {
 		t.Helper()
@@ -157,11 +139,7 @@ func testKeptWhenIdle(t *testing.T, h Harness) {
 		}
 		return true
 	})
-	for _, m := range cli.Stats().Members {
-		if m.Ejected || m.Ejections > 0 {
-			t.Fatalf("%s (zone %s) left the read pool on a healthy cluster before the blip: %+v", m.Member.ID, m.Member.Zone, cli.Stats().Members)
-		}
-	}
+	nobodyLeft(t, cli, "on a healthy cluster before the blip")
 	// The blip: one slow read on the far member (one round's evidence),
 	// then the caller stops.
 	c.Degrade(far, 25*time.Millisecond, 0)
@@ -177,17 +155,36 @@ func testKeptWhenIdle(t *testing.T, h Harness) {
 	t.Logf("after the blip, read estimates %v, %v, %v", st[0].ReadLatency, st[1].ReadLatency, st[2].ReadLatency)
 	idleUntil := time.Now().Add(3 * time.Second) // twelve rounds at the default probe interval
 	for time.Now().Before(idleUntil) {
-		for _, m := range cli.Stats().Members {
-			if m.Ejected || m.Ejections > 0 {
-				t.Fatalf("%s (zone %s) left the read pool while the client was idle: %+v", m.Member.ID, m.Member.Zone, cli.Stats().Members)
-			}
-		}
+		nobodyLeft(t, cli, "while the client was idle")
 		time.Sleep(50 * time.Millisecond) // sampling the router's state, not synchronising
 	}
 	// Reads resume on the healed member: it stays.
 	from = ended(far)
 	readUntil("reads on the far member again", 10*time.Second, func() bool { return ended(far) >= from+100 })
-	if m := cli.Stats().Members[far]; m.Ejected || m.Ejections > 0 {
-		t.Fatalf("the far member left the read pool once reads resumed: %+v", cli.Stats().Members)
+	nobodyLeft(t, cli, "once reads resumed")
+}
+
+// farFollower starts a cluster on the default topology and a hybrid client,
+// and returns the follower in the farther zone (zone b).
+func farFollower(t *testing.T, h Harness) (Cluster, Client, int) {
+	t.Helper()
+	topo := testbed.DefaultTopology(3)
+	c := clusterOn(t, h, topo)
+	cli := connect(t, h, c.Endpoints(), router.Hybrid)
+	leader := knownLeader(t, cli, c)
+	far := 2
+	if topo.Zones[far] == topo.ClientZone || far == leader {
+		t.Fatalf("member %d is not a far follower (zones %v, leader %d)", far, topo.Zones, leader)
+	}
+	return c, cli, far
+}
+
+// nobodyLeft fails t if any member is out of the read pool or has been.
+func nobodyLeft(t *testing.T, cli Client, when string) {
+	t.Helper()
+	for _, m := range cli.Stats().Members {
+		if m.Ejected || m.Ejections > 0 {
+			t.Fatalf("%s (zone %s) left the read pool %s: %+v", m.Member.ID, m.Member.Zone, when, cli.Stats().Members)
+		}
 	}
 }
