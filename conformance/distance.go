@@ -82,7 +82,10 @@ func testDegradedFar(t *testing.T, h Harness) {
 	testutil.Poll(t, 10*time.Second, "reads reach the far member", func() bool { return cli.Stats().Members[far].Reads() > 100 })
 
 	c.Degrade(far, 8*time.Millisecond, 2*time.Millisecond)
-	took := testutil.Poll(t, 2*time.Second, fmt.Sprintf("degraded far member m%d ejected", far), func() bool { return cli.Stats().Members[far].Ejected })
+	took := testutil.PollWhy(t, 2*time.Second, fmt.Sprintf("degraded far member m%d ejected", far), func() (bool, string) {
+		st := cli.Stats().Members
+		return st[far].Ejected, fmt.Sprintf("%+v", st)
+	})
 	t.Logf("degraded far member ejected within %v", took)
 	servedWhileDegraded(t, c, far)
 	healAndRejoin(t, c, cli, far)
