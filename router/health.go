@@ -80,7 +80,7 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 // ejectionsLocked decides which reachable members are ejected from the
 // read pool on the evidence of reads and probe round trips, and returns
 // them (benched ones left out), the most severe first:
-//   - latency: read latency (readSignalLocked; ≥ MinSamples samples,
+//   - latency: read latency (readRoundLocked; ≥ MinSamples samples,
 //     censored ones included) above EjectRatio × the median of the judged
 //     members' and by more than MinEjectGap, at EjectRounds rounds in a row,
 //     counting no round in which reads failed or stalled (were cut far
@@ -126,17 +126,15 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 	if r.kind != hybridKind {
 		return nil
 	}
-	signal := make([]time.Duration, len(r.roster().health))
-	roundMean := make([]time.Duration, len(r.roster().health))
-	fresh := make([]bool, len(r.roster().health))
+	rounds := make([]readRound, len(r.roster().health))
 	for i, h := range r.roster().health {
-		signal[i], roundMean[i], fresh[i] = r.readSignalLocked(h)
+		rounds[i] = r.readRoundLocked(h)
 	}
 	var reads, probes []time.Duration
 	for _, i := range reachable {
 		h := r.roster().health[i]
 		if h.read.Count() >= uint64(r.cfg.MinSamples) {
-			reads = append(reads, signal[i])
+			reads = append(reads, rounds[i].signal)
 		}
 		if h.probed && h.probeFailures == 0 {
 			probes = append(probes, h.probe.Value())
@@ -190,14 +188,14 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 			probeOK := !h.probed || len(probes) < 2 || r.inLine(h.probe.Value(), probeMedian, r.cfg.MinProbeEjectGap)
 			fresh := h.freshInLine.Load() >= int64(r.cfg.ReadmitSamples)
 			if now.Before(h.ejectUntil) || !probeOK || !fresh {
-				out = append(out, candidate{i: i, was: true, severity: r.severity(h, signal[i], h.ejectWhy, median, probeMedian), why: h.ejectWhy})
+				out = append(out, candidate{i: i, was: true, severity: r.severity(h, rounds[i].signal, h.ejectWhy, median, probeMedian), why: h.ejectWhy})
 			}
 			continue
 		}
 		// The round's own reads must be slow too: the EWMA remembers reads
 		// of rounds before, which one round may not count again.
 		slowReads := !clusterTrouble && len(reads) >= 2 && h.read.Count() >= uint64(r.cfg.MinSamples) &&
-			r.farAbove(signal[i], median) && r.farAbove(roundMean[i], median)
+			r.farAbove(rounds[i].signal, median) && r.farAbove(rounds[i].mean, median)
 		slowProbes := len(probes) >= 2 && h.probed && h.probeFailures == 0 && h.probe.Count() >= minProbeSamples &&
 			float64(h.probe.Value()) > r.cfg.EjectRatio*float64(probeMedian) && h.probe.Value()-probeMedian > r.cfg.MinProbeEjectGap
 		// A round without reads holds the run (an idle client's estimates
@@ -205,7 +203,7 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 		// reads now and then), for as many rounds as a run takes to build:
 		// held longer, it is stale, and it would keep the router from
 		// settling.
-		if fresh[i] {
+		if rounds[i].fresh {
 			h.idleRounds = 0
 			h.slowReadRounds = countRun(h.slowReadRounds, slowReads)
 		} else if h.idleRounds++; h.idleRounds > r.cfg.EjectRounds {
@@ -231,7 +229,7 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 			why = outProbeRTT
 		}
 		if why != "" {
-			out = append(out, candidate{i: i, severity: r.severity(h, signal[i], why, median, probeMedian), why: why})
+			out = append(out, candidate{i: i, severity: r.severity(h, rounds[i].signal, why, median, probeMedian), why: why})
 		}
 	}
 	// The minority cap keeps the worst: a member failing its reads, then
@@ -312,25 +310,31 @@ func (r *Router) severity(h *memberHealth, read time.Duration, why string, media
 	return float64(read) / float64(max(median, 1))
 }
 
-// readSignalLocked is the member's read latency as the latency rule judges
-// it: the mean of the round's samples when it had MinSamples of them (at
-// load, where one round's EWMA reflects its last few reads, a healthy
-// member's tail crosses any line now and then), else the EWMA; the mean of
-// the round's samples however few; and whether the round had any. Called
-// once per member and round: it starts the next round's sums. Caller must
-// hold r.mu.
-func (r *Router) readSignalLocked(h *memberHealth) (signal, roundMean time.Duration, fresh bool) {
+// readRound is what one round brought of a member's reads.
+type readRound struct {
+	// signal is its read latency as the latency rule judges it: the mean
+	// of the round's samples when it had MinSamples of them (at load,
+	// where one round's EWMA reflects its last few reads, a healthy
+	// member's tail crosses any line now and then), else the EWMA.
+	signal time.Duration
+	mean   time.Duration // of the round's samples however few; 0 without any
+	fresh  bool          // the round had samples
+}
+
+// readRoundLocked returns member h's readRound. Called once per member and
+// round: it starts the next round's sums. Caller must hold r.mu.
+func (r *Router) readRoundLocked(h *memberHealth) readRound {
 	total, n := h.readTotal.Load(), h.readCount.Load()
 	dt, dn := total-h.roundTotal, n-h.roundCount
 	h.roundTotal, h.roundCount = total, n
 	if dn <= 0 {
-		return h.read.Value(), 0, false
+		return readRound{signal: h.read.Value()}
 	}
-	roundMean = time.Duration(dt / dn)
+	mean := time.Duration(dt / dn)
 	if dn >= int64(r.cfg.MinSamples) && dt > 0 {
-		return roundMean, roundMean, true
+		return readRound{signal: mean, mean: mean, fresh: true}
 	}
-	return h.read.Value(), roundMean, true
+	return readRound{signal: h.read.Value(), mean: mean, fresh: true}
 }
 
 // failingMore reports whether member i's failure share exceeds the median

@@ -20,9 +20,9 @@ import (
 // members down, leaderless, not serving, lagging, probe RTTs), SetMembers
 // (adds, retirements, the leader retired), Busy and its end, hedge choices,
 // a closed loop in which the pool carries the share of the members out of it,
-// bursts of failed reads on every member,
-// stalls that cut every member's reads, idle spells in which no read ends,
-// a few quick reads on a member whose estimate remembers slower ones, calm spells that settle it, and
+// bursts of failed reads on every member, stalls that cut every member's
+// reads, idle spells in which no read ends, a few quick reads on a member
+// whose estimate remembers slower ones, calm spells that settle it, and
 // time passing, on an injected clock. After every step the invariants
 // hold (checkInvariants) and Pick does not panic for any class.
 //
@@ -364,9 +364,7 @@ func (m *machine) hedge(t *rapid.T) {
 // then runs a round: while most members' reads stalled, no member leaves
 // the pool on latency.
 func (m *machine) stall(t *rapid.T) {
-	m.r.mu.Lock()
-	reachable := slices.Clone(m.r.snap.Load().reachable)
-	m.r.mu.Unlock()
+	reachable := m.reachable()
 	ro := m.r.roster()
 	before := make([]uint64, len(ro.health))
 	wasOut := make([]bool, len(ro.health))
@@ -375,11 +373,7 @@ func (m *machine) stall(t *rapid.T) {
 		before[i], wasOut[i] = h.readStalls.Load(), h.ejected
 	}
 	for _, i := range reachable {
-		p, err := m.r.Pick(WithMember(context.Background(), ro.members[i].ID), LinearizableRead)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stuck = append(stuck, p)
+		stuck = append(stuck, m.readOn(t, i))
 	}
 	m.clock.Advance(time.Duration(rapid.IntRange(1, 5).Draw(t, "stall s")) * time.Second)
 	for _, p := range stuck {
@@ -436,9 +430,7 @@ func (m *machine) idle(t *rapid.T) {
 // its EWMA still remembers of the slow reads, a round whose own reads were
 // quick does not eject it on latency.
 func (m *machine) quickReads(t *rapid.T) {
-	m.r.mu.Lock()
-	reachable := slices.Clone(m.r.snap.Load().reachable)
-	m.r.mu.Unlock()
+	reachable := m.reachable()
 	if len(reachable) == 0 {
 		return
 	}
@@ -446,10 +438,7 @@ func (m *machine) quickReads(t *rapid.T) {
 	i := rapid.SampledFrom(reachable).Draw(t, "member")
 	reads := func(n int, d time.Duration) {
 		for range n {
-			p, err := m.r.Pick(WithMember(context.Background(), ro.members[i].ID), LinearizableRead)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := m.readOn(t, i)
 			m.clock.Advance(d)
 			p.Done(OK)
 		}
@@ -472,22 +461,31 @@ func (m *machine) quickReads(t *rapid.T) {
 	}
 }
 
+// reachable returns the router's reachable members.
+func (m *machine) reachable() []int {
+	m.r.mu.Lock()
+	defer m.r.mu.Unlock()
+	return slices.Clone(m.r.snap.Load().reachable)
+}
+
+// readOn picks member i for a linearizable read.
+func (m *machine) readOn(t *rapid.T, i int) Pick {
+	p, err := m.r.Pick(WithMember(context.Background(), m.r.roster().members[i].ID), LinearizableRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // errorBurst fails reads on every reachable member at once (an election:
 // every member answers "leader changed" for a while), some members' runs
 // ended by a success before the round and others not, then runs a round.
 // TestClusterWideFailuresEndingUnevenlyEjectNobody asserts what the round
 // must not do; here the invariants are checked.
 func (m *machine) errorBurst(t *rapid.T) {
-	m.r.mu.Lock()
-	reachable := slices.Clone(m.r.snap.Load().reachable)
-	m.r.mu.Unlock()
-	ro := m.r.roster()
-	for _, i := range reachable {
+	for _, i := range m.reachable() {
 		pick := func() Pick {
-			p, err := m.r.Pick(WithMember(context.Background(), ro.members[i].ID), LinearizableRead)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := m.readOn(t, i)
 			m.clock.Advance(time.Millisecond)
 			return p
 		}
