@@ -82,7 +82,10 @@ type Config struct {
 	// probe EWMA at most ReadmitRatio × the others' (or within
 	// MinProbeEjectGap); its read EWMA, which still holds the slow reads
 	// that ejected it, is not consulted. Below EjectRatio so that a member
-	// on the edge does not flap. Default is 0.9 × EjectRatio.
+	// on the edge does not flap: neither back in on reads just under the
+	// ejection line, nor kept in by them (a round of reads above
+	// ReadmitRatio holds a latency run; see EjectRounds). Default is 0.9 ×
+	// EjectRatio.
 	ReadmitRatio float64
 	// MinEjectGap is the least absolute excess over the median that ejects.
 	// A member a few milliseconds farther away (another zone, whose reads
@@ -105,10 +108,11 @@ type Config struct {
 	// rounds in a row the probe-RTT rule) must hold before it ejects: a
 	// healthy member's tail crosses any line now and then, while a grey
 	// failure stays above it. The latency rule counts a round only on the
-	// reads that ended in it; a round with none holds the run, for up to
-	// EjectRounds such rounds, so with sparse reads the rounds in a row
-	// take longer than EjectRounds intervals. Default is 3 (at least
-	// 0.75 s at the default probe interval).
+	// reads that ended in it; a round with none, or with reads between
+	// ReadmitRatio and EjectRatio × the median, holds the run, for up to
+	// EjectRounds such rounds in a row, so with sparse reads or near the
+	// line the rounds in a row take longer than EjectRounds intervals.
+	// Default is 3 (at least 0.75 s at the default probe interval).
 	EjectRounds int
 	// ProbeShare is the fraction of reads an ejected member still receives,
 	// so that its estimate can show a recovery. Default is 0.005.

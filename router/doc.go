@@ -41,11 +41,14 @@
 //     evidence: every member is slow then, a far one most. A round
 //     counts against a member only on the reads that ended in it: their
 //     own mean must be above the line too (the EWMA remembers earlier
-//     rounds' reads, which one round may not count again), and a round
-//     with none neither extends nor ends the run, for up to EjectRounds
-//     such rounds in a row, after which the run ends (an idle client's
-//     estimates stay as its last reads left them; judged again each idle
-//     round, one slow read before a pause ejected a healthy member). Reads
+//     rounds' reads, which one round may not count again). A round with
+//     none, or whose reads are on the edge (above ReadmitRatio × the
+//     median but not EjectRatio ×), neither extends nor ends the run, for
+//     up to EjectRounds such rounds in a row, after which the run ends: an
+//     idle client's estimates stay as its last reads left them (judged
+//     again each idle round, one slow read before a pause ejected a
+//     healthy member), and a grey failure near the line dips onto the
+//     edge when every member's reads slow together (on a noisy host). Reads
 //     the caller gave up on count as censored samples (the member took at
 //     least that long) when they are that far above the median, so a member
 //     slower than every caller's deadline is seen although it never

@@ -194,19 +194,25 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 		}
 		// The round's own reads must be slow too: the EWMA remembers reads
 		// of rounds before, which one round may not count again.
-		slowReads := !clusterTrouble && len(reads) >= 2 && h.read.Count() >= uint64(r.cfg.MinSamples) &&
-			r.farAbove(rounds[i].signal, median) && r.farAbove(rounds[i].mean, median)
+		judged := !clusterTrouble && len(reads) >= 2 && h.read.Count() >= uint64(r.cfg.MinSamples)
+		slowReads := judged && r.farAbove(rounds[i].signal, median) && r.farAbove(rounds[i].mean, median)
+		// On the edge: short of the ejection line, but not back within the
+		// readmission line either. A grey failure near the line dips onto
+		// the edge now and then (on a noisy host every member's reads slow
+		// together), which is no sign of health.
+		edgeReads := judged && !slowReads && !r.inLine(rounds[i].signal, median, r.cfg.MinEjectGap) &&
+			!r.inLine(rounds[i].mean, median, r.cfg.MinEjectGap)
 		slowProbes := len(probes) >= 2 && h.probed && h.probeFailures == 0 && h.probe.Count() >= minProbeSamples &&
 			float64(h.probe.Value()) > r.cfg.EjectRatio*float64(probeMedian) && h.probe.Value()-probeMedian > r.cfg.MinProbeEjectGap
-		// A round without reads holds the run (an idle client's estimates
-		// are no new evidence; a member the load-aware choice avoids gets
-		// reads now and then), for as many rounds as a run takes to build:
-		// held longer, it is stale, and it would keep the router from
-		// settling.
-		if rounds[i].fresh {
-			h.idleRounds = 0
+		// A round without reads (an idle client's estimates are no new
+		// evidence; a member the load-aware choice avoids gets reads now
+		// and then), or with reads on the edge, holds the run, for as many
+		// rounds in a row as a run takes to build: held longer, it is
+		// stale, and it would keep the router from settling.
+		if rounds[i].fresh && !edgeReads {
+			h.heldRounds = 0
 			h.slowReadRounds = countRun(h.slowReadRounds, slowReads)
-		} else if h.idleRounds++; h.idleRounds > r.cfg.EjectRounds {
+		} else if h.heldRounds++; h.heldRounds > r.cfg.EjectRounds {
 			h.slowReadRounds = 0
 		}
 		if probed { // only probe rounds bring new probe evidence

@@ -461,6 +461,47 @@ func (m *machine) quickReads(t *rapid.T) {
 	}
 }
 
+// edgeReads runs rounds in which one member's reads sit on the edge,
+// between the readmission and ejection lines, while the others read at a
+// common latency: an edge round holds a run and never adds to it, so the
+// member does not leave the pool on latency (unless its run was complete
+// already, held back by the minority cap).
+func (m *machine) edgeReads(t *rapid.T) {
+	reachable := m.reachable()
+	if len(reachable) < 2 {
+		return
+	}
+	ro := m.r.roster()
+	i := rapid.SampledFrom(reachable).Draw(t, "member")
+	m.r.round(context.Background(), true) // judges the reads that ended before the step
+	m.r.mu.Lock()
+	h := ro.health[i]
+	before, wasOut, due := h.totalEjected, h.ejected, h.slowReadRounds >= m.r.cfg.EjectRounds
+	m.r.mu.Unlock()
+	base := time.Duration(rapid.IntRange(10, 50).Draw(t, "base ms")) * time.Millisecond
+	lo, hi := int(100*m.r.cfg.ReadmitRatio)+1, int(100*m.r.cfg.EjectRatio)-1
+	edge := time.Duration(float64(base) * float64(rapid.IntRange(lo, hi).Draw(t, "edge %")) / 100)
+	for range rapid.IntRange(1, 3*m.r.cfg.EjectRounds).Draw(t, "edge rounds") {
+		for _, j := range reachable {
+			d := base
+			if j == i {
+				d = edge
+			}
+			for range m.r.cfg.MinSamples {
+				p := m.readOn(t, j)
+				m.clock.Advance(d)
+				p.Done(OK)
+			}
+		}
+		m.r.round(context.Background(), true)
+	}
+	m.r.mu.Lock()
+	defer m.r.mu.Unlock()
+	if !wasOut && !due && h.totalEjected > before && h.ejectWhy == outLatency {
+		t.Fatalf("member %d ejected on latency after rounds whose reads took %v against the others' %v", i, edge, base)
+	}
+}
+
 // reachable returns the router's reachable members.
 func (m *machine) reachable() []int {
 	m.r.mu.Lock()
@@ -537,7 +578,7 @@ func (m *machine) steps(t *rapid.T, n int) {
 		"pick": m.pick, "done": m.done, "burst": m.burst, "probe": m.probe, "change": m.change,
 		"setMembers": m.setMembers, "busy": m.busy, "endBusy": m.endBusy, "hedge": m.hedge, "advance": m.advance,
 		"observeTerm": m.observeTerm, "unsettle": m.unsettle, "stall": m.stall, "calm": m.calm,
-		"errorBurst": m.errorBurst, "idle": m.idle, "quickReads": m.quickReads,
+		"errorBurst": m.errorBurst, "idle": m.idle, "quickReads": m.quickReads, "edgeReads": m.edgeReads,
 	}
 	names := slices.Sorted(func(yield func(string) bool) {
 		for k := range actions {
