@@ -108,10 +108,11 @@ type Config struct {
 	// rounds in a row the probe-RTT rule) must hold before it ejects: a
 	// healthy member's tail crosses any line now and then, while a grey
 	// failure stays above it. The latency rule counts a round only on the
-	// reads that ended in it; a round with none, or with reads between
-	// ReadmitRatio and EjectRatio × the median, holds the run, for up to
-	// EjectRounds such rounds in a row, so with sparse reads or near the
-	// line the rounds in a row take longer than EjectRounds intervals.
+	// reads that ended in it; a round with none holds the run, for up to
+	// EjectRounds such rounds in a row, and so does a round whose reads
+	// (and their mean) are between ReadmitRatio and EjectRatio × the
+	// median, up to EjectRounds-1 of them in a run; so with sparse reads
+	// or near the line a run takes longer than EjectRounds intervals.
 	// Default is 3 (at least 0.75 s at the default probe interval).
 	EjectRounds int
 	// ProbeShare is the fraction of reads an ejected member still receives,

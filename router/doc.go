@@ -32,7 +32,8 @@
 //     recover;
 //   - latency: its read latency is above EjectRatio × the median of the
 //     judged members' read latencies, its own included, and by more than
-//     MinEjectGap, at EjectRounds rounds in a row. A member's
+//     MinEjectGap, at EjectRounds rounds in a row (but for the rounds
+//     held, below). A member's
 //     read latency is the mean of the round's reads when it had MinSamples
 //     of them, else its read EWMA (Alpha): at load one EWMA
 //     reflects the last few reads only, and rounds that end on a healthy
@@ -42,13 +43,15 @@
 //     counts against a member only on the reads that ended in it: their
 //     own mean must be above the line too (the EWMA remembers earlier
 //     rounds' reads, which one round may not count again). A round with
-//     none, or whose reads are on the edge (above ReadmitRatio × the
-//     median but not EjectRatio ×), neither extends nor ends the run, for
-//     up to EjectRounds such rounds in a row, after which the run ends: an
-//     idle client's estimates stay as its last reads left them (judged
-//     again each idle round, one slow read before a pause ejected a
-//     healthy member), and a grey failure near the line dips onto the
-//     edge when every member's reads slow together (on a noisy host). Reads
+//     none neither extends nor ends the run, for up to EjectRounds such
+//     rounds in a row, after which the run ends (an idle client's
+//     estimates stay as its last reads left them; judged again each idle
+//     round, one slow read before a pause ejected a healthy member); nor
+//     does a round on the edge, its reads and their mean above
+//     ReadmitRatio × the median but short of EjectRatio ×, for up to
+//     EjectRounds-1 of them in a run (a grey failure near the line dips
+//     onto the edge when every member's reads slow together, on a noisy
+//     host). Any other round not far above the line ends the run. Reads
 //     the caller gave up on count as censored samples (the member took at
 //     least that long) when they are that far above the median, so a member
 //     slower than every caller's deadline is seen although it never

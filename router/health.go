@@ -82,15 +82,19 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 // them (benched ones left out), the most severe first:
 //   - latency: read latency (readRoundLocked; ≥ MinSamples samples,
 //     censored ones included) above EjectRatio × the median of the judged
-//     members' and by more than MinEjectGap, at EjectRounds rounds in a row,
-//     counting no round in which reads failed or stalled (were cut far
-//     above the median) on most members within FailureWindow. A round
+//     members' and by more than MinEjectGap, at EjectRounds rounds in a
+//     row but for the rounds held as below, counting no round in which
+//     reads failed or stalled (were cut far above the median) on most
+//     members within FailureWindow (such a round ends the run). A round
 //     counts against a member only on the reads that ended in it: the
 //     mean of those must be above the line too (the EWMA remembers the
-//     rounds before), and a round with none neither extends nor ends the
+//     rounds before). A round with none neither extends nor ends the
 //     run, up to EjectRounds such rounds in a row, after which the run
 //     ends (an idle client's estimates stay as its last reads left them:
 //     judged again each round, one slow read before a pause would eject);
+//     nor does a round on the edge (above ReadmitRatio × the median, short
+//     of EjectRatio ×), up to EjectRounds-1 of them in a run (a grey
+//     failure near the line dips onto the edge on a noisy host);
 //   - failures: ConsecutiveFailures failed reads in a row while most other
 //     members are not failing (a cluster-wide failure, an election, ejects
 //     nobody), or a failure share over FailureWindow that exceeds the
@@ -196,24 +200,38 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 		// of rounds before, which one round may not count again.
 		judged := !clusterTrouble && len(reads) >= 2 && h.read.Count() >= uint64(r.cfg.MinSamples)
 		slowReads := judged && r.farAbove(rounds[i].signal, median) && r.farAbove(rounds[i].mean, median)
-		// On the edge: short of the ejection line, but not back within the
-		// readmission line either. A grey failure near the line dips onto
-		// the edge now and then (on a noisy host every member's reads slow
-		// together), which is no sign of health.
+		// On the edge: short of the ejection line, but not within
+		// ReadmitRatio × the median either. A grey failure near the line
+		// dips onto the edge now and then (on a noisy host every member's
+		// reads slow together), which is no sign of health.
 		edgeReads := judged && !slowReads && !r.inLine(rounds[i].signal, median, r.cfg.MinEjectGap) &&
 			!r.inLine(rounds[i].mean, median, r.cfg.MinEjectGap)
 		slowProbes := len(probes) >= 2 && h.probed && h.probeFailures == 0 && h.probe.Count() >= minProbeSamples &&
 			float64(h.probe.Value()) > r.cfg.EjectRatio*float64(probeMedian) && h.probe.Value()-probeMedian > r.cfg.MinProbeEjectGap
-		// A round without reads (an idle client's estimates are no new
-		// evidence; a member the load-aware choice avoids gets reads now
-		// and then), or with reads on the edge, holds the run, for as many
-		// rounds in a row as a run takes to build: held longer, it is
-		// stale, and it would keep the router from settling.
-		if rounds[i].fresh && !edgeReads {
-			h.heldRounds = 0
+		switch {
+		case !rounds[i].fresh:
+			// A round without reads holds the run (an idle client's
+			// estimates are no new evidence; a member the load-aware choice
+			// avoids gets reads now and then), for as many rounds in a row
+			// as a run takes to build: held longer, it is stale, and it
+			// would keep the router from settling.
+			if h.idleRounds++; h.idleRounds > r.cfg.EjectRounds {
+				h.slowReadRounds = 0
+			}
+		case edgeReads && h.slowReadRounds > 0:
+			// A round on the edge holds the run too, but fewer of them than
+			// its slow rounds: a member must still be far above the line
+			// in most of the rounds that eject it.
+			h.idleRounds = 0
+			if h.edgeRounds++; h.edgeRounds >= r.cfg.EjectRounds {
+				h.slowReadRounds = 0
+			}
+		default:
+			h.idleRounds = 0
+			if h.slowReadRounds == 0 {
+				h.edgeRounds = 0 // a run starts here, and only here
+			}
 			h.slowReadRounds = countRun(h.slowReadRounds, slowReads)
-		} else if h.heldRounds++; h.heldRounds > r.cfg.EjectRounds {
-			h.slowReadRounds = 0
 		}
 		if probed { // only probe rounds bring new probe evidence
 			h.slowProbeRounds = countRun(h.slowProbeRounds, slowProbes)

@@ -710,8 +710,8 @@ func TestTailAtRoundEndDoesNotEject(t *testing.T) {
 // member's reads slow together, and a member degraded to twice the median
 // dips to 1.9× now and then (measured on the test bed under CPU bursts).
 // A round on the edge, above ReadmitRatio × the median but not EjectRatio,
-// holds the run; a round back in line ends it, as do more edge rounds in a
-// row than EjectRounds.
+// holds the run, up to EjectRounds-1 such rounds in a run; a round back in
+// line ends it at once.
 func TestEdgeRoundsHoldTheRun(t *testing.T) {
 	const median = 20 * time.Millisecond
 	rounds := func(t *testing.T, ratios ...float64) testRouter {
@@ -728,10 +728,13 @@ func TestEdgeRoundsHoldTheRun(t *testing.T) {
 		out    bool
 	}{
 		{"one edge round inside the run", []float64{2.5, 2.5, 1.9, 2.5}, true},
-		{"edge rounds up to EjectRounds", []float64{2.5, 1.9, 1.9, 1.9, 2.5, 2.5}, true},
+		{"EjectRounds-1 edge rounds in a run", []float64{2.5, 1.9, 2.5, 1.9, 2.5}, true},
+		{"EjectRounds-1 edge rounds in a row", []float64{2.5, 1.9, 1.9, 2.5, 2.5}, true},
 		{"a round in line ends the run", []float64{2.5, 2.5, 1.5, 2.5}, false},
-		{"more edge rounds than EjectRounds end the run", []float64{2.5, 2.5, 1.9, 1.9, 1.9, 1.9, 2.5}, false},
+		{"EjectRounds edge rounds in a run end it", []float64{2.5, 1.9, 2.5, 1.9, 1.9, 2.5}, false},
+		{"slow and edge rounds alternating", []float64{2.5, 1.9, 2.5, 1.9, 1.9, 2.5, 1.9, 2.5, 1.9, 1.9, 2.5}, false},
 		{"edge rounds alone", []float64{1.9, 1.9, 1.9, 1.9, 1.9, 1.9, 1.9, 1.9}, false},
+		{"edge rounds before the run", []float64{1.9, 1.9, 1.9, 2.5, 1.9, 2.5, 1.9, 2.5}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tr := rounds(t, c.ratios...)

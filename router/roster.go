@@ -76,10 +76,12 @@ type memberHealth struct {
 	// slowReadRounds and slowProbeRounds count the probe rounds in a row
 	// at which the latency rule, or the probe-RTT rule, held.
 	slowReadRounds, slowProbeRounds int
-	// heldRounds counts the rounds in a row that ended no read of the
-	// member, or whose reads were on the edge (between the readmission and
-	// ejection lines): they hold slowReadRounds, up to EjectRounds of them.
-	heldRounds int
+	// idleRounds counts the rounds in a row that ended no read of the
+	// member: they hold slowReadRounds, up to EjectRounds of them.
+	// edgeRounds counts the rounds of the current run whose reads were on
+	// the edge (between the readmission and ejection lines): they hold it
+	// too, up to EjectRounds-1 of them.
+	idleRounds, edgeRounds int
 	// readTotal and readCount sum the read samples the EWMA gets: at load a
 	// round's mean over them is the latency rule's signal, where the EWMA
 	// holds the last few reads only. roundTotal and roundCount are their

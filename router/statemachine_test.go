@@ -463,9 +463,9 @@ func (m *machine) quickReads(t *rapid.T) {
 
 // edgeReads runs rounds in which one member's reads sit on the edge,
 // between the readmission and ejection lines, while the others read at a
-// common latency: an edge round holds a run and never adds to it, so the
-// member does not leave the pool on latency (unless its run was complete
-// already, held back by the minority cap).
+// common latency: an edge round never adds to a run, and EjectRounds-1 of
+// them end it, so the member does not leave the pool on latency (unless
+// its run was complete already, held back by the minority cap).
 func (m *machine) edgeReads(t *rapid.T) {
 	reachable := m.reachable()
 	if len(reachable) < 2 {
@@ -480,8 +480,18 @@ func (m *machine) edgeReads(t *rapid.T) {
 	m.r.mu.Unlock()
 	base := time.Duration(rapid.IntRange(10, 50).Draw(t, "base ms")) * time.Millisecond
 	lo, hi := int(100*m.r.cfg.ReadmitRatio)+1, int(100*m.r.cfg.EjectRatio)-1
+	if lo > hi {
+		return // no edge between the lines
+	}
 	edge := time.Duration(float64(base) * float64(rapid.IntRange(lo, hi).Draw(t, "edge %")) / 100)
+	run := func() int {
+		m.r.mu.Lock()
+		defer m.r.mu.Unlock()
+		return h.slowReadRounds
+	}
+	edgeRounds := 0 // in a row, as the router judged them
 	for range rapid.IntRange(1, 3*m.r.cfg.EjectRounds).Draw(t, "edge rounds") {
+		was := run()
 		for _, j := range reachable {
 			d := base
 			if j == i {
@@ -494,6 +504,17 @@ func (m *machine) edgeReads(t *rapid.T) {
 			}
 		}
 		m.r.round(context.Background(), true)
+		// The others' reads set the median, unless a member's stale
+		// estimate (one busy, say) pulled it down: then i was slow.
+		median := time.Duration(m.r.readMedian.Load())
+		if m.r.farAbove(edge, median) || m.r.inLine(edge, median, m.r.cfg.MinEjectGap) {
+			edgeRounds = 0
+			continue
+		}
+		edgeRounds++
+		if now := run(); now > was || (edgeRounds >= m.r.cfg.EjectRounds && now > 0) {
+			t.Fatalf("member %d's slow run went from %d to %d at its edge round %d in a row (median %v, its reads %v)", i, was, now, edgeRounds, median, edge)
+		}
 	}
 	m.r.mu.Lock()
 	defer m.r.mu.Unlock()
