@@ -220,7 +220,7 @@ func (pb *pickerBuilder) build(info base.PickerBuildInfo) balancer.Picker {
 			ready = append(ready, i)
 		}
 	}
-	return &picker{r: pb.entry.r, pool: pool.New(conns), ready: ready, others: others}
+	return &picker{r: pb.entry.r, pool: pool.New(conns), ready: ready, others: others, pb: pb}
 }
 
 // picker routes each RPC with the router and hands gRPC a connection from
@@ -231,6 +231,17 @@ type picker struct {
 	ready  []int // members with a ready connection
 	others []balancer.SubConn
 	next   atomic.Uint32
+	pb     *pickerBuilder // that built it; nil in tests of the picker alone
+}
+
+// superseded reports whether a newer picker of the same balancer has a
+// ready connection to member idx.
+func (p *picker) superseded(idx int) bool {
+	if p.pb == nil {
+		return false
+	}
+	ready, ok := p.pb.entry.connected.Load(p.pb)
+	return ok && slices.Contains(ready.([]int), idx)
 }
 
 type probeKey struct{}
@@ -244,6 +255,15 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		// Leader probes go to their member without being counted as traffic.
 		if sc, ok := p.pool.Get(idx); ok {
 			return balancer.PickResult{SubConn: sc}, nil
+		}
+		if p.superseded(idx) {
+			// Build records the ready members, and wakes the prober, before
+			// gRPC installs the picker it returns: a probe of a member that
+			// just became ready may come here first. It waits for the
+			// newer picker (bounded by the probe's timeout) instead of
+			// failing through clientv3's retry interceptor, which logs each
+			// failure as a warning.
+			return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
 		}
 		return balancer.PickResult{}, status.Errorf(codes.Unavailable, "oproute: member %d has no ready connection", idx)
 	}
