@@ -22,7 +22,8 @@ import (
 // a closed loop in which the pool carries the share of the members out of it,
 // bursts of failed reads on every member, stalls that cut every member's
 // reads, idle spells in which no read ends, a few quick reads on a member
-// whose estimate remembers slower ones, calm spells that settle it, and
+// whose estimate remembers slower ones, rounds of reads on the edge of the
+// latency line, calm spells that settle it, and
 // time passing, on an injected clock. After every step the invariants
 // hold (checkInvariants) and Pick does not panic for any class.
 //
@@ -436,13 +437,7 @@ func (m *machine) quickReads(t *rapid.T) {
 	}
 	ro := m.r.roster()
 	i := rapid.SampledFrom(reachable).Draw(t, "member")
-	reads := func(n int, d time.Duration) {
-		for range n {
-			p := m.readOn(t, i)
-			m.clock.Advance(d)
-			p.Done(OK)
-		}
-	}
+	reads := func(n int, d time.Duration) { m.readsOn(t, i, n, d) }
 	m.r.round(context.Background(), true) // judges the reads that ended before the step
 	slow := time.Duration(rapid.IntRange(10, 300).Draw(t, "slow ms")) * time.Millisecond
 	for range rapid.IntRange(0, m.r.cfg.EjectRounds-1).Draw(t, "slow rounds") {
@@ -497,11 +492,7 @@ func (m *machine) edgeReads(t *rapid.T) {
 			if j == i {
 				d = edge
 			}
-			for range m.r.cfg.MinSamples {
-				p := m.readOn(t, j)
-				m.clock.Advance(d)
-				p.Done(OK)
-			}
+			m.readsOn(t, j, m.r.cfg.MinSamples, d)
 		}
 		m.r.round(context.Background(), true)
 		// The others' reads set the median, unless a member's stale
@@ -537,6 +528,16 @@ func (m *machine) readOn(t *rapid.T, i int) Pick {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// readsOn runs n linearizable reads on member i, one at a time, each
+// taking d on the clock and succeeding.
+func (m *machine) readsOn(t *rapid.T, i, n int, d time.Duration) {
+	for range n {
+		p := m.readOn(t, i)
+		m.clock.Advance(d)
+		p.Done(OK)
+	}
 }
 
 // errorBurst fails reads on every reachable member at once (an election:

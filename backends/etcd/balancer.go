@@ -37,9 +37,9 @@ type routerEntry struct {
 	// follows the client's endpoints (followEndpoints).
 	byAddr atomic.Pointer[map[string]int]
 	// connected holds, per balancer (*pickerBuilder), the members with a
-	// ready connection in its newest picker, for the prober: probing a
-	// member with none would only fail, and clientv3's retry interceptor
-	// would log each attempt as a warning. Per balancer, because clientv3
+	// ready connection in the picker gRPC last installed, for the prober:
+	// probing a member with none would only fail, and clientv3's retry
+	// interceptor would log each attempt as a warning. Per balancer, because clientv3
 	// opens short-lived connections of its own for Status, HashKV and
 	// Defragment with the same dial options, hence this balancer too.
 	connected sync.Map // *pickerBuilder → []int
@@ -116,7 +116,7 @@ func (b *lb) UpdateClientConnState(s balancer.ClientConnState) error {
 	}
 	if b.inner == nil {
 		b.pb = &pickerBuilder{entry: entry}
-		b.inner = base.NewBalancerBuilder(balancerName, b.pb, base.Config{}).Build(b.cc, b.opts)
+		b.inner = base.NewBalancerBuilder(balancerName, b.pb, base.Config{}).Build(publishingCC{b.cc, b.pb}, b.opts)
 	}
 	var addrs []resolver.Address
 	byAddr := *entry.byAddr.Load()
@@ -178,12 +178,27 @@ type pickerBuilder struct {
 	ready int // members with a ready connection in the last picker
 }
 
-func (pb *pickerBuilder) Build(info base.PickerBuildInfo) balancer.Picker {
-	p := pb.build(info)
+// publishingCC is the ClientConn the base balancer sees: once gRPC has
+// installed a picker, it tells the prober and the leader's waiters which
+// members it has ready connections to. Not before: a probe woken by a
+// newly ready member must find it in the picker its RPC gets.
+type publishingCC struct {
+	balancer.ClientConn
+	pb *pickerBuilder
+}
+
+func (c publishingCC) UpdateState(s balancer.State) {
+	c.ClientConn.UpdateState(s)
 	var ready []int
-	if rp, ok := p.(*picker); ok {
-		ready = rp.ready
+	if p, ok := s.Picker.(*picker); ok {
+		ready = p.ready
 	}
+	c.pb.published(ready)
+}
+
+// published records the members with a ready connection in the picker
+// gRPC has just installed.
+func (pb *pickerBuilder) published(ready []int) {
 	pb.entry.connected.Store(pb, ready)
 	if len(ready) != pb.ready {
 		// A member's connection became ready (probe now, so that a new
@@ -193,10 +208,9 @@ func (pb *pickerBuilder) Build(info base.PickerBuildInfo) balancer.Picker {
 	}
 	pb.ready = len(ready)
 	pb.entry.leader.wake()
-	return p
 }
 
-func (pb *pickerBuilder) build(info base.PickerBuildInfo) balancer.Picker {
+func (pb *pickerBuilder) Build(info base.PickerBuildInfo) balancer.Picker {
 	if len(info.ReadySCs) == 0 {
 		return base.NewErrPicker(balancer.ErrNoSubConnAvailable)
 	}
@@ -220,7 +234,7 @@ func (pb *pickerBuilder) build(info base.PickerBuildInfo) balancer.Picker {
 			ready = append(ready, i)
 		}
 	}
-	return &picker{r: pb.entry.r, pool: pool.New(conns), ready: ready, others: others, pb: pb}
+	return &picker{r: pb.entry.r, pool: pool.New(conns), ready: ready, others: others}
 }
 
 // picker routes each RPC with the router and hands gRPC a connection from
@@ -231,17 +245,6 @@ type picker struct {
 	ready  []int // members with a ready connection
 	others []balancer.SubConn
 	next   atomic.Uint32
-	pb     *pickerBuilder // that built it; nil in tests of the picker alone
-}
-
-// superseded reports whether a newer picker of the same balancer has a
-// ready connection to member idx.
-func (p *picker) superseded(idx int) bool {
-	if p.pb == nil {
-		return false
-	}
-	ready, ok := p.pb.entry.connected.Load(p.pb)
-	return ok && slices.Contains(ready.([]int), idx)
 }
 
 type probeKey struct{}
@@ -255,15 +258,6 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		// Leader probes go to their member without being counted as traffic.
 		if sc, ok := p.pool.Get(idx); ok {
 			return balancer.PickResult{SubConn: sc}, nil
-		}
-		if p.superseded(idx) {
-			// Build records the ready members, and wakes the prober, before
-			// gRPC installs the picker it returns: a probe of a member that
-			// just became ready may come here first. It waits for the
-			// newer picker (bounded by the probe's timeout) instead of
-			// failing through clientv3's retry interceptor, which logs each
-			// failure as a warning.
-			return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
 		}
 		return balancer.PickResult{}, status.Errorf(codes.Unavailable, "oproute: member %d has no ready connection", idx)
 	}

@@ -7,9 +7,7 @@ import (
 	"google.golang.org/grpc/attributes"
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/balancer/base"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/status"
 
 	"github.com/oproute/oproute/internal/pool"
 	"github.com/oproute/oproute/router"
@@ -54,13 +52,12 @@ func TestPickerFallbackUsesStableIndex(t *testing.T) {
 	}
 }
 
-// Build records the members with a ready connection and wakes the prober
-// before gRPC installs the picker it returns, so a probe can reach the
-// picker before. A probe of a member the newer picker has waits for it;
-// one of a member no picker has fails at once. (Failing the first logged a
-// "no ready connection" warning through clientv3's retry interceptor at
-// start-up, TestProbesDoNotWarnWhileConnecting, in a clean-clone CI.)
-func TestProbeWaitsForTheNewerPicker(t *testing.T) {
+// The prober is told a member's connection is ready once gRPC has
+// installed the picker that has it, not when the picker is built: a probe
+// woken by it that met the picker before would fail through clientv3's
+// retry interceptor and log a "no ready connection" warning (it did at
+// start-up, TestProbesDoNotWarnWhileConnecting, in a clean-clone CI).
+func TestReadyMembersPublishedOnceInstalled(t *testing.T) {
 	ms := []router.Member{{ID: "a", Addr: "127.0.0.1:1"}, {ID: "b", Addr: "127.0.0.1:2"}, {ID: "c", Addr: "127.0.0.1:3"}}
 	r, err := router.New(router.Config{Members: ms})
 	if err != nil {
@@ -71,26 +68,43 @@ func TestProbeWaitsForTheNewerPicker(t *testing.T) {
 	byAddr := map[string]int{ms[0].Addr: 0, ms[1].Addr: 1, ms[2].Addr: 2}
 	e.byAddr.Store(&byAddr)
 	pb := &pickerBuilder{entry: e}
-	build := func(members ...int) balancer.Picker {
+	grpc := &installingCC{e: e}
+	cc := publishingCC{grpc, pb}
+	install := func(members ...int) {
 		ready := map[balancer.SubConn]base.SubConnInfo{}
 		for _, m := range members {
 			ready[&fakeSubConn{member: m}] = base.SubConnInfo{Address: resolver.Address{Attributes: attributes.New(connAttr{}, connID{member: m})}}
 		}
-		return pb.Build(base.PickerBuildInfo{ReadySCs: ready})
+		cc.UpdateState(balancer.State{Picker: pb.Build(base.PickerBuildInfo{ReadySCs: ready})})
 	}
-	probe := func(p balancer.Picker, idx int) error {
-		_, err := p.Pick(balancer.PickInfo{FullMethodName: "/etcdserverpb.Maintenance/Status", Ctx: context.WithValue(context.Background(), probeKey{}, idx)})
-		return err
+	install(0)
+	install(0, 1)
+	if grpc.earlyReady {
+		t.Error("member b reported ready to the prober before gRPC installed the picker that has it")
 	}
-	installed := build(0)
-	build(0, 1) // not installed yet
-	if err := probe(installed, 1); err != balancer.ErrNoSubConnAvailable {
-		t.Errorf("probe of a member the newer picker has: %v, want balancer.ErrNoSubConnAvailable (wait for it)", err)
+	for i, want := range []bool{true, true, false} {
+		if got := e.isConnected(i); got != want {
+			t.Errorf("member %d: ready %v once installed, want %v", i, got, want)
+		}
 	}
-	if err := probe(installed, 2); status.Code(err) != codes.Unavailable {
-		t.Errorf("probe of a member no picker has: %v, want codes.Unavailable at once", err)
+}
+
+// installingCC stands for gRPC installing a picker: it notes whether the
+// prober already saw a member ready that the picker before this one lacks.
+type installingCC struct {
+	balancer.ClientConn
+	e          *routerEntry
+	installed  balancer.Picker
+	earlyReady bool
+}
+
+func (c *installingCC) UpdateState(s balancer.State) {
+	if old, ok := c.installed.(*picker); ok {
+		for i := range 3 {
+			if _, has := old.pool.Get(i); !has && c.e.isConnected(i) {
+				c.earlyReady = true
+			}
+		}
 	}
-	if err := probe(installed, 0); err != nil {
-		t.Errorf("probe of a member the picker has: %v", err)
-	}
+	c.installed = s.Picker
 }
