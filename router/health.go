@@ -348,13 +348,13 @@ type readRound struct {
 // readRoundLocked returns member h's readRound. Called once per member and
 // round: it starts the next round's sums. Caller must hold r.mu.
 func (r *Router) readRoundLocked(h *memberHealth) readRound {
-	total, n := h.readTotal.Load(), h.readCount.Load()
-	dt, dn := total-h.roundTotal, n-h.roundCount
-	h.roundTotal, h.roundCount = total, n
+	now := h.reads.Load()
+	dn, dt := readsSince(h.roundReads, now)
+	h.roundReads = now
 	if dn <= 0 {
 		return readRound{signal: h.read.Value()}
 	}
-	mean := time.Duration(dt / dn)
+	mean := dt / time.Duration(dn)
 	if dn >= int64(r.cfg.MinSamples) && dt > 0 {
 		return readRound{signal: mean, mean: mean, fresh: true}
 	}

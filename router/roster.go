@@ -82,12 +82,12 @@ type memberHealth struct {
 	// the edge (between the readmission and ejection lines): they hold it
 	// too, up to EjectRounds-1 of them.
 	idleRounds, edgeRounds int
-	// readTotal and readCount sum the read samples the EWMA gets: at load a
+	// reads sums the read samples the EWMA gets (readSums): at load a
 	// round's mean over them is the latency rule's signal, where the EWMA
-	// holds the last few reads only. roundTotal and roundCount are their
-	// values at the last round.
-	readTotal, readCount   atomic.Int64
-	roundTotal, roundCount int64
+	// holds the last few reads only. roundReads is its value at the last
+	// round.
+	reads      atomic.Uint64
+	roundReads uint64
 	// stalled counts the rounds in a row at which the member answered no
 	// call (OK, AppError or a fault) while it held calls or its callers
 	// gave up on some; lastAnswered and lastGaveUp are the counts at the
@@ -120,14 +120,30 @@ type roster struct {
 
 func (r *Router) roster() *roster { return r.ros.Load() }
 
-// newHealth returns a member's initial health.
+// Read sums pack a count of samples and their total in microseconds into
+// one word, so that a round reads both at one instant (two counters read
+// apart could count a sample without its time, or its time without it).
+// Rounds read differences, which are exact modulo 2^64 while a round has
+// fewer than 2^24 samples totalling under 2^40 µs (12 days).
+const (
+	readSumBits = 40
+	readSumMask = 1<<readSumBits - 1
+)
+
 // sample adds a read latency sample to the member's estimates.
 func (h *memberHealth) sample(d time.Duration) {
 	h.read.Add(d)
-	h.readTotal.Add(int64(d))
-	h.readCount.Add(1)
+	h.reads.Add(1<<readSumBits | uint64(min(max(d.Microseconds(), 0), readSumMask)))
 }
 
+// readsSince returns the samples added to sums between two readings of
+// memberHealth.reads, and their total.
+func readsSince(prev, now uint64) (n int64, total time.Duration) {
+	delta := now - prev
+	return int64(delta >> readSumBits), time.Duration(delta&readSumMask) * time.Microsecond
+}
+
+// newHealth returns a member's initial health.
 func (r *Router) newHealth() *memberHealth {
 	h := &memberHealth{}
 	h.read, _ = ewma.New(r.cfg.Alpha, r.cfg.InitialLatency)

@@ -3,6 +3,8 @@ package router
 import (
 	"context"
 	"errors"
+	"math"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -120,4 +122,71 @@ func TestSetMembersUnderLoad(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+}
+
+// A round reads a member's read sums as one cut: a sample added while the
+// round reads them counts whole in this round or the next, so a member
+// whose reads all take d shows round means of exactly d.
+func TestReadRoundSeesWholeSamples(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	h := tr.roster().health[0]
+	const d = 3 * time.Millisecond
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					h.sample(d)
+				}
+			}
+		})
+	}
+	var rounds, torn int
+	var first time.Duration
+	for deadline := time.Now().Add(20 * time.Second); rounds < 2000 && time.Now().Before(deadline); {
+		for seen := h.reads.Load(); h.reads.Load() == seen && time.Now().Before(deadline); {
+			runtime.Gosched() // a round with samples, however busy the machine
+		}
+		tr.mu.Lock()
+		rr := tr.readRoundLocked(h)
+		tr.mu.Unlock()
+		if !rr.fresh {
+			continue
+		}
+		rounds++
+		if rr.mean != d {
+			if torn++; torn == 1 {
+				first = rr.mean
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if torn > 0 {
+		t.Errorf("%d of %d rounds saw a mean other than %v (first: %v)", torn, rounds, d, first)
+	}
+	if rounds < 2000 {
+		t.Errorf("only %d rounds had samples; the check needs more", rounds)
+	}
+}
+
+// Read sums stay exact where the packed word carries a total into the
+// count, or wraps.
+func TestReadsSinceAcrossCarryAndWrap(t *testing.T) {
+	tr := newTestRouter(t, Config{})
+	h := tr.roster().health[1]
+	for _, start := range []uint64{0, readSumMask - 10, math.MaxUint64 - 5} {
+		h.reads.Store(start)
+		for _, d := range []time.Duration{7 * time.Microsecond, 2 * time.Second, 1500 * time.Nanosecond} {
+			h.sample(d)
+		}
+		n, total := readsSince(start, h.reads.Load())
+		if want := 7*time.Microsecond + 2*time.Second + time.Microsecond; n != 3 || total != want {
+			t.Errorf("from %#x: %d samples totalling %v, want 3 totalling %v", start, n, total, want)
+		}
+	}
 }
