@@ -38,6 +38,20 @@ func startT[C interface{ Close() error }](tb interface {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { c.Close() })
+	tb.Cleanup(func() {
+		if f, ok := tb.(failedLogger); ok && f.Failed() {
+			if e, ok := any(c).(interface{ serverErrors() string }); ok {
+				f.Logf("%s", e.serverErrors())
+			}
+		}
+		c.Close()
+	})
 	return c
+}
+
+// failedLogger is the part of testing.TB that startT uses, when it has it,
+// to show a failed test what the servers logged.
+type failedLogger interface {
+	Failed() bool
+	Logf(format string, args ...any)
 }

@@ -432,3 +432,29 @@ func (c *ZKCluster) Close() error {
 	}
 	return c.closeNodes()
 }
+
+// serverErrors returns the last ERROR lines of each server's log: what a
+// failed test shows of the servers' side (an election that stalled, a
+// synchronisation a server gave up).
+func (c *ZKCluster) serverErrors() string {
+	const keep = 20
+	var b strings.Builder
+	for _, s := range c.servers {
+		raw, err := os.ReadFile(filepath.Join(c.serverDir(s), "server.log"))
+		if err != nil {
+			fmt.Fprintf(&b, "%s: no server log: %v\n", s.Name, err)
+			continue
+		}
+		var errs []string
+		for line := range strings.Lines(string(raw)) {
+			if strings.Contains(line, " ERROR ") {
+				errs = append(errs, line)
+			}
+		}
+		fmt.Fprintf(&b, "%s (%s/server.log): %d ERROR lines\n", s.Name, s.Name, len(errs))
+		for _, line := range errs[max(0, len(errs)-keep):] {
+			b.WriteString("  " + line)
+		}
+	}
+	return b.String()
+}
