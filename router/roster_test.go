@@ -94,25 +94,16 @@ func TestSetMembers(t *testing.T) {
 func TestSetMembersUnderLoad(t *testing.T) {
 	tr := newTestRouter(t, Config{})
 	ms := members(4)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				p, err := tr.Pick(context.Background(), LinearizableRead)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				p.Done(OK)
-			}
-		})
-	}
+	stop := repeatUntilStopped(4, func() bool {
+		p, err := tr.Pick(context.Background(), LinearizableRead)
+		if err != nil {
+			t.Error(err)
+			return false
+		}
+		p.Done(OK)
+		return true
+	})
+	defer stop()
 	for k := range 200 {
 		set := []Member{ms[0], ms[1+k%3]}
 		if err := tr.SetMembers(set); err != nil {
@@ -120,8 +111,31 @@ func TestSetMembersUnderLoad(t *testing.T) {
 		}
 		tr.probeRound()
 	}
-	close(stop)
-	wg.Wait()
+}
+
+// repeatUntilStopped runs f in n goroutines, each until f returns false or
+// the returned stop is called; stop waits for them.
+func repeatUntilStopped(n int, f func() bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if !f() {
+					return
+				}
+			}
+		})
+	}
+	return func() {
+		close(done)
+		wg.Wait()
+	}
 }
 
 // A round reads a member's read sums as one cut: a sample added while the
@@ -131,20 +145,7 @@ func TestReadRoundSeesWholeSamples(t *testing.T) {
 	tr := newTestRouter(t, Config{})
 	h := tr.roster().health[0]
 	const d = 3 * time.Millisecond
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-					h.sample(d)
-				}
-			}
-		})
-	}
+	stop := repeatUntilStopped(2, func() bool { h.sample(d); return true })
 	var rounds, torn int
 	var first time.Duration
 	for deadline := time.Now().Add(20 * time.Second); rounds < 2000 && time.Now().Before(deadline); {
@@ -164,8 +165,7 @@ func TestReadRoundSeesWholeSamples(t *testing.T) {
 			}
 		}
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	if torn > 0 {
 		t.Errorf("%d of %d rounds saw a mean other than %v (first: %v)", torn, rounds, d, first)
 	}
