@@ -26,7 +26,6 @@ func connect(t *testing.T, h Harness, endpoints []string, policy string) Client 
 	return cli
 }
 
-// waitLeaderKnown waits until the client's router pins writes to want.
 // knownLeader returns c's leader once cli's router has learned it.
 func knownLeader(t *testing.T, cli Client, c Cluster) int {
 	t.Helper()
@@ -169,6 +168,15 @@ func testRoundRobin(t *testing.T, h Harness) {
 	checkEven(t, "round_robin writes", shares(d, writesOf), 10)
 }
 
+// electionBound is how long the servers may take to agree on a new leader
+// after the old one dies under writes. etcd elects within a second or two;
+// ZooKeeper 3.8.0 (Debian's) sometimes first spends initLimit×tickTime
+// (20 s on the test bed) in a synchronisation that cannot finish: a
+// follower holding an uncommitted proposal acknowledges it before NEWLEADER,
+// the new leader takes that for a NEWLEADER ACK of another epoch and waits
+// out its timeout before the next election (ZOOKEEPER-4685, fixed in 3.8.5).
+const electionBound = 45 * time.Second
+
 // testLeaderChange moves (or kills) the leader under a write load and checks
 // that writes succeed again within 1 s of a new leader existing, that they
 // then go to it, and that no acknowledged write is lost.
@@ -181,6 +189,7 @@ func testLeaderChange(t *testing.T, h Harness, kill bool) {
 	testutil.Poll(t, 10*time.Second, "load under way", func() bool { return len(l.ackedWrites()) > 50 })
 
 	target := (old + 1) % 3
+	changed := time.Now()
 	if kill {
 		if err := c.Kill(old); err != nil {
 			t.Fatal(err)
@@ -188,14 +197,16 @@ func testLeaderChange(t *testing.T, h Harness, kill bool) {
 	} else if err := c.MoveLeader(ctx, target); err != nil {
 		t.Fatal(err)
 	}
-	// t0: the first moment the servers agree on a new leader.
+	// t0: the first moment the servers agree on a new leader. How soon
+	// that is depends on the servers alone, so the wait is their bound.
 	var next int
-	testutil.Poll(t, 15*time.Second, "a new leader", func() bool {
+	testutil.Poll(t, electionBound, "a new leader", func() bool {
 		now, err := c.Leader(ctx)
 		next = now
 		return err == nil && next != old
 	})
 	t0 := time.Now()
+	t.Logf("the servers agreed on a new leader m%d %v after the change", next, t0.Sub(changed))
 	testutil.Poll(t, 5*time.Second, "a write after the new leader", func() bool {
 		_, ok := l.firstWriteAfter(t0)
 		return ok
