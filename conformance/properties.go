@@ -39,6 +39,7 @@ func knownLeader(t *testing.T, cli Client, c Cluster) int {
 	return leader
 }
 
+// waitLeaderKnown waits until the client's router pins writes to want.
 func waitLeaderKnown(t *testing.T, cli Client, c Cluster, want int) {
 	t.Helper()
 	ep := c.Endpoints()[want]
@@ -175,6 +176,7 @@ func testRoundRobin(t *testing.T, h Harness) {
 // follower holding an uncommitted proposal acknowledges it before NEWLEADER,
 // the new leader takes that for a NEWLEADER ACK of another epoch and waits
 // out its timeout before the next election (ZOOKEEPER-4685, fixed in 3.8.5).
+// 45 s leaves room for two such stalls in a row.
 const electionBound = 45 * time.Second
 
 // testLeaderChange moves (or kills) the leader under a write load and checks

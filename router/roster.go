@@ -82,7 +82,7 @@ type memberHealth struct {
 	// the edge (between the readmission and ejection lines): they hold it
 	// too, up to EjectRounds-1 of them.
 	idleRounds, edgeRounds int
-	// reads sums the read samples the EWMA gets (readSums): at load a
+	// reads sums the read samples the EWMA gets (see readSumBits): at load a
 	// round's mean over them is the latency rule's signal, where the EWMA
 	// holds the last few reads only. roundReads is its value at the last
 	// round.
@@ -123,8 +123,10 @@ func (r *Router) roster() *roster { return r.ros.Load() }
 // Read sums pack a count of samples and their total in microseconds into
 // one word, so that a round reads both at one instant (two counters read
 // apart could count a sample without its time, or its time without it).
-// Rounds read differences, which are exact modulo 2^64 while a round has
-// fewer than 2^24 samples totalling under 2^40 µs (12 days).
+// A round's difference, taken modulo 2^64, is exact while the round (one
+// ProbeInterval) has fewer than 2^24 samples totalling under 2^40 µs
+// (about 12.7 days). A sample is stored within [0, 2^40) µs, so that
+// alone it cannot carry into the count.
 const (
 	readSumBits = 40
 	readSumMask = 1<<readSumBits - 1

@@ -30,7 +30,7 @@ func TestServerErrorsShowsLastErrorLines(t *testing.T) {
 	}
 
 	got := c.serverErrors()
-	for _, want := range []string{"z0 (z0/server.log): 25 ERROR lines", "error 5\n", "error 24\n", "z1 (z1/server.log): 0 ERROR lines", "z2: no server log"} {
+	for _, want := range []string{"z0: 25 ERROR lines", "error 5\n", "error 24\n", "z1: 0 ERROR lines", "z2: no server log"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("serverErrors lacks %q:\n%s", want, got)
 		}
@@ -42,8 +42,8 @@ func TestServerErrorsShowsLastErrorLines(t *testing.T) {
 	}
 }
 
-// startT logs the servers' errors before closing the cluster of a failed
-// test, and only of a failed one.
+// startT logs the servers' errors before closing the cluster (which
+// removes their logs) of a failed test, and only of a failed one.
 func TestStartTLogsServerErrorsOfAFailedTest(t *testing.T) {
 	for _, failed := range []bool{false, true} {
 		tb := &recordingTB{failed: failed}
@@ -55,13 +55,21 @@ func TestStartTLogsServerErrorsOfAFailedTest(t *testing.T) {
 		if shown := strings.Contains(tb.logged, "ERROR from the servers"); shown != failed {
 			t.Errorf("failed=%v: server errors logged = %v (%q)", failed, shown, tb.logged)
 		}
+		if strings.Contains(tb.logged, "logs removed") {
+			t.Errorf("failed=%v: server errors read after Close: %q", failed, tb.logged)
+		}
 	}
 }
 
 type fakeErrCluster struct{ closed bool }
 
-func (c *fakeErrCluster) Close() error         { c.closed = true; return nil }
-func (c *fakeErrCluster) serverErrors() string { return "ERROR from the servers" }
+func (c *fakeErrCluster) Close() error { c.closed = true; return nil }
+func (c *fakeErrCluster) serverErrors() string {
+	if c.closed {
+		return "logs removed"
+	}
+	return "ERROR from the servers"
+}
 
 type recordingTB struct {
 	failed   bool

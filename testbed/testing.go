@@ -14,7 +14,8 @@ func StartEtcdT(tb testing.TB, opts EtcdOptions) *EtcdCluster {
 }
 
 // StartZKT starts an ensemble for a test, fails the test if it cannot, and
-// closes it when the test ends.
+// closes it when the test ends; when the test failed, its log first shows
+// each server's last 20 ERROR lines.
 func StartZKT(tb interface {
 	Helper()
 	Fatal(...any)

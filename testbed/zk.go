@@ -451,7 +451,7 @@ func (c *ZKCluster) serverErrors() string {
 				errs = append(errs, line)
 			}
 		}
-		fmt.Fprintf(&b, "%s (%s/server.log): %d ERROR lines\n", s.Name, s.Name, len(errs))
+		fmt.Fprintf(&b, "%s: %d ERROR lines in its server.log\n", s.Name, len(errs))
 		for _, line := range errs[max(0, len(errs)-keep):] {
 			b.WriteString("  " + line)
 		}

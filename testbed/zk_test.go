@@ -62,7 +62,9 @@ func TestZKEnsemble(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	// Up to initLimit×tickTime more where a follower still held the last
+	// Set's proposal uncommitted (ZOOKEEPER-4685, docs/testbed.md).
+	wctx, cancel := context.WithTimeout(ctx, 45*time.Second)
 	defer cancel()
 	l, err := c.WaitLeader(wctx)
 	if err != nil || l == 0 {
