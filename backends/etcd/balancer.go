@@ -39,9 +39,10 @@ type routerEntry struct {
 	// connected holds, per balancer (*pickerBuilder), the members with a
 	// ready connection in the picker gRPC last installed, for the prober:
 	// probing a member with none would only fail, and clientv3's retry
-	// interceptor would log each attempt as a warning. Per balancer, because clientv3
-	// opens short-lived connections of its own for Status, HashKV and
-	// Defragment with the same dial options, hence this balancer too.
+	// interceptor would log each attempt as a warning. Per balancer,
+	// because clientv3 opens short-lived connections of its own for
+	// Status, HashKV and Defragment with the same dial options, hence this
+	// balancer too.
 	connected sync.Map // *pickerBuilder → []int
 	// leader is what writes waiting for a reachable leader watch.
 	leader leaderWatch
