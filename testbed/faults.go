@@ -78,18 +78,22 @@ func (c *cluster) closeNodes() error {
 	return cerr
 }
 
-// setNet changes the network state and sends it to every member's proxies,
-// returning once each has applied it. A member frozen by Pause is not
-// waited for: it applies the change when it thaws.
+// setNet changes the network state and sends it to every member's proxies
+// at once, returning once each has applied it: a change reaches the members
+// together, as a network change would, and costs one control round trip,
+// not one per member. A member frozen by Pause is not waited for: it
+// applies the change when it thaws.
 func (c *cluster) setNet(change func(*netState)) {
 	c.netMu.Lock()
 	defer c.netMu.Unlock()
 	next := c.net.clone()
 	change(next)
 	c.net = next
+	var wg sync.WaitGroup
 	for _, s := range c.nodes {
-		s.ask(control{Net: next}, 5*time.Second)
+		wg.Go(func() { s.ask(control{Net: next}, 5*time.Second) })
 	}
+	wg.Wait()
 }
 
 // grow adds member i's process (not yet started) to the cluster, in zone,
