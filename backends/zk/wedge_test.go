@@ -184,7 +184,7 @@ func TestFailedCredentialResendDoesNotWedge(t *testing.T) {
 // missing credentials, every acknowledged write reads back, every Close
 // returns within 5 s, and no goroutine is left.
 func TestResetStormWithCredentials(t *testing.T) {
-	const conns, storm = 12, 30 * time.Second
+	const conns, storm, resetEvery = 12, 30 * time.Second, 150 * time.Millisecond
 	c := testbed.StartZKT(t, testbed.ZKOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -221,6 +221,10 @@ func TestResetStormWithCredentials(t *testing.T) {
 	var wg sync.WaitGroup
 	var resets atomic.Int64
 	wg.Go(func() {
+		// A round starts every resetEvery, start to start, however long
+		// the test bed takes to apply it.
+		tick := time.NewTicker(resetEvery)
+		defer tick.Stop()
 		half := time.Now().Add(storm / 2)
 		cutting := false
 		for stormCtx.Err() == nil {
@@ -246,7 +250,7 @@ func TestResetStormWithCredentials(t *testing.T) {
 			}
 			select {
 			case <-stormCtx.Done():
-			case <-time.After(130 * time.Millisecond):
+			case <-tick.C:
 			}
 		}
 		for i := range c.Size() {
@@ -285,6 +289,11 @@ func TestResetStormWithCredentials(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("%d reset rounds, %d acknowledged writes during the storm", resets.Load(), writes.Load())
+	// The storm must be the one asked for: a round every resetEvery, give
+	// or take a late tick.
+	if want := int64(storm/resetEvery) * 9 / 10; resets.Load() < want {
+		t.Errorf("%d reset rounds in %v, want at least %d (one every %v)", resets.Load(), storm, want, resetEvery)
+	}
 
 	recovered := time.Now()
 	for i, conn := range cs {
