@@ -85,6 +85,25 @@ func (r *Router) Unsettle() {
 	r.Refresh()
 }
 
+// Unanswered tells the router that member idx left a request of the
+// backend's own unanswered (a ping on a silent watch stream or session): a
+// frozen member fails nothing, it only stays silent. It counts as one
+// failed probe, never alone enough to make the member unreachable, and the
+// router probes at once: a member that fails that probe too is
+// unreachable one probe timeout later instead of two; one that answers is
+// back to no failures. An index out of range or retired is ignored.
+func (r *Router) Unanswered(idx int) {
+	r.mu.Lock()
+	ro := r.roster()
+	if idx >= 0 && idx < len(ro.members) && !ro.retired[idx] {
+		if h := ro.health[idx]; h.probeFailures < r.cfg.UnreachableAfter-1 {
+			h.probeFailures++
+		}
+	}
+	r.mu.Unlock()
+	r.Unsettle()
+}
+
 // unsettleIfSettled is Unsettle for the hot path: it costs one atomic load
 // unless the router is settled.
 func (r *Router) unsettleIfSettled() {

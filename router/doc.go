@@ -142,7 +142,11 @@
 // round at the next turn: a failed call, a read cut far above the median,
 // a stalled member, a response at a newer term (ObserveTerm: etcd's
 // response headers, a ZooKeeper write's zxid), a broken connection or lost
-// session (Unsettle), a membership change, maintenance, Refresh. An idle
+// session (Unsettle), a backend's own ping left unanswered (Unanswered:
+// a frozen member holding an idle client's watch fails nothing, so the
+// backends ask a silent stream or session for a sign of life; the miss
+// counts as one failed probe), a membership change,
+// maintenance, Refresh. An idle
 // settled client notices a leader change within its stable interval; a
 // client with traffic at once, from its calls. What only probes tell (a
 // member without a leader, at an older term, or lagging) is seen at once

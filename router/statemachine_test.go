@@ -23,7 +23,8 @@ import (
 // bursts of failed reads on every member, stalls that cut every member's
 // reads, idle spells in which no read ends, a few quick reads on a member
 // whose estimate remembers slower ones, rounds of reads on the edge of the
-// latency line, calm spells that settle it, and
+// latency line, calm spells that settle it, members reported silent by a
+// backend's ping, and
 // time passing, on an injected clock. After every step the invariants
 // hold (checkInvariants) and Pick does not panic for any class.
 //
@@ -573,6 +574,38 @@ func (m *machine) observeTerm(t *rapid.T) {
 
 func (m *machine) unsettle(*rapid.T) { m.r.Unsettle() }
 
+// unanswered reports a member silent (a backend's ping unanswered), then
+// runs a round: a member that answers that round's probe has no failed
+// probe left (a live member's miss costs a probe round, not its place),
+// and one that does not has failed min(2, UnreachableAfter) probes (the
+// miss counted as one).
+func (m *machine) unanswered(t *rapid.T) {
+	ro := m.r.roster()
+	i := rapid.IntRange(-1, len(ro.members)).Draw(t, "silent")
+	m.r.Unanswered(i)
+	m.clock.Advance(m.r.cfg.ProbeInterval)
+	m.probeRound(t, false)
+	if i < 0 || i >= len(ro.members) || ro.retired[i] {
+		return
+	}
+	m.mu.Lock()
+	mm := m.model[ro.members[i].ID]
+	down := mm == nil || mm.down
+	m.mu.Unlock()
+	m.r.mu.Lock()
+	defer m.r.mu.Unlock()
+	h := ro.health[i]
+	if h.busy.Load() > 0 {
+		return // a round overlapping maintenance is no evidence either way
+	}
+	switch want := min(2, m.r.cfg.UnreachableAfter); {
+	case !down && h.probeFailures != 0:
+		t.Fatalf("member %d answered its probe after a miss but has %d failed probes", i, h.probeFailures)
+	case down && h.probeFailures < want:
+		t.Fatalf("member %d missed a ping and failed its probe but has %d failed probes, want at least %d", i, h.probeFailures, want)
+	}
+}
+
 func (m *machine) advance(t *rapid.T) {
 	m.clock.Advance(time.Duration(rapid.IntRange(1, 40_000).Draw(t, "advance ms")) * time.Millisecond)
 }
@@ -599,7 +632,7 @@ func (m *machine) steps(t *rapid.T, n int) {
 	actions := map[string]func(*rapid.T){
 		"pick": m.pick, "done": m.done, "burst": m.burst, "probe": m.probe, "change": m.change,
 		"setMembers": m.setMembers, "busy": m.busy, "endBusy": m.endBusy, "hedge": m.hedge, "advance": m.advance,
-		"observeTerm": m.observeTerm, "unsettle": m.unsettle, "stall": m.stall, "calm": m.calm,
+		"observeTerm": m.observeTerm, "unsettle": m.unsettle, "unanswered": m.unanswered, "stall": m.stall, "calm": m.calm,
 		"errorBurst": m.errorBurst, "idle": m.idle, "quickReads": m.quickReads, "edgeReads": m.edgeReads,
 	}
 	names := slices.Sorted(func(yield func(string) bool) {

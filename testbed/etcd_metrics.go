@@ -51,6 +51,17 @@ func (c *EtcdCluster) GRPCStarted(ctx context.Context, i int) (map[string]uint64
 	return n, nil
 }
 
+// GRPCReceived is GRPCCounts for messages received on streams
+// (grpc_server_msg_received_total): a watch stream's requests, a
+// keep-alive stream's renewals.
+func (c *EtcdCluster) GRPCReceived(ctx context.Context, i int) (map[string]uint64, error) {
+	n, err := fetchGRPC(ctx, c.http, c.members[i].spec.ListenClient, "grpc_server_msg_received_total")
+	if err != nil {
+		return nil, fmt.Errorf("m%d: %w", i, err)
+	}
+	return n, nil
+}
+
 // FetchGRPCCounts reads an etcd member's /metrics at its client URL and
 // returns grpc_server_handled_total summed over status codes, by method
 // ("etcdserverpb.KV/Put"). It works for any etcd member whose client URL

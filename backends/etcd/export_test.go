@@ -18,3 +18,7 @@ func Ended(c *Client) bool {
 		return false
 	}
 }
+
+// WatchQuietAfter is how long a watch stream stays silent before it is
+// asked for its progress.
+const WatchQuietAfter = watchQuietAfter

@@ -12,6 +12,38 @@ import (
 // ZooKeeper opcodes the connection wrapper looks for in request headers.
 const opSetWatches = 101
 
+// pingFrame is a ZooKeeper ping request: length 8, xid -2 (pings' own,
+// whose replies go-zookeeper's receive loop ignores), opcode 11.
+var pingFrame = []byte{0, 0, 0, 8, 0xff, 0xff, 0xff, 0xfe, 0, 0, 0, 11}
+
+// A session's connection silent for liveQuietAfter gets a ping of the
+// wrapper's own; no byte back within liveAnswerWithin counts as a failed
+// probe of the server (router.Unanswered), and the router probes at once
+// (and moves the session if the server fails that probe too): about 2.4 s
+// from the server's last byte. go-zookeeper pings every third of the
+// session timeout and gives up on a server after two thirds of it (4 s of
+// a 6 s session, 20 s of a 30 s one): a watch on a frozen server would
+// wait that long. The wait before the next ping doubles with each one
+// unanswered, up to liveQuietMax. A ping costs the server what
+// go-zookeeper's own do.
+const (
+	liveQuietAfter   = 1500 * time.Millisecond
+	liveAnswerWithin = 400 * time.Millisecond
+	liveQuietMax     = 12 * time.Second
+)
+
+// liveness is a connection's silence check (see liveQuietAfter).
+type liveness struct {
+	writeMu  sync.Mutex // one writer at a time: go-zookeeper's send loop, or a ping
+	lastRead atomic.Int64
+	pingSent atomic.Int64 // UnixNano; 0 when no ping is outstanding
+	misses   atomic.Int32
+	closed   atomic.Bool
+	timer    atomic.Pointer[time.Timer]
+	wanted   func() bool // the session holds what a silent server would strand: watches, the primary's ephemerals
+	onSilent func()      // a ping went unanswered
+}
+
 // cappedConn is the TCP connection go-zookeeper gets for a session. It
 // caps the handshake's read deadline, reports a failed write once, and
 // holds early replies back after a reconnect (replyHold).
@@ -30,10 +62,53 @@ type cappedConn struct {
 	handshakeDone *atomic.Bool
 	writeFailed   *atomic.Bool // a write failed: see Write
 	hold          *replyHold
+	live          *liveness // nil: no silence check
 }
 
-func newCappedConn(conn net.Conn, max time.Duration, watching bool) cappedConn {
-	return cappedConn{conn, max, new(atomic.Bool), new(atomic.Bool), &replyHold{armed: watching, released: make(chan struct{})}}
+func newCappedConn(conn net.Conn, max time.Duration, watching bool, live *liveness) cappedConn {
+	c := cappedConn{conn, max, new(atomic.Bool), new(atomic.Bool), &replyHold{armed: watching, released: make(chan struct{})}, live}
+	if live != nil {
+		live.lastRead.Store(time.Now().UnixNano())
+		t := time.AfterFunc(liveQuietMax, c.checkSilence)
+		live.timer.Store(t) // before the timer can first fire: Reset below
+		t.Reset(liveQuietAfter)
+	}
+	return c
+}
+
+// checkSilence runs on the liveness timer: it pings a connection silent
+// for liveQuietAfter (doubled per miss, up to liveQuietMax) once the
+// session is established, and reports one whose ping brought no byte back
+// within liveAnswerWithin. It rearms itself until the connection closes.
+func (c cappedConn) checkSilence() {
+	l := c.live
+	if l.closed.Load() {
+		return
+	}
+	now := time.Now()
+	if sent := l.pingSent.Load(); sent != 0 {
+		if due := time.Unix(0, sent).Add(liveAnswerWithin); now.Before(due) {
+			l.timer.Load().Reset(due.Sub(now))
+			return
+		}
+		if l.pingSent.CompareAndSwap(sent, 0) {
+			l.misses.Add(1)
+			l.onSilent()
+		}
+	}
+	quiet := min(liveQuietAfter<<min(l.misses.Load(), 5), liveQuietMax)
+	if due := time.Unix(0, l.lastRead.Load()).Add(quiet); now.Before(due) || !c.handshakeDone.Load() || !l.wanted() {
+		l.timer.Load().Reset(max(due.Sub(now), liveQuietAfter/4))
+		return
+	}
+	l.pingSent.Store(now.UnixNano())
+	l.writeMu.Lock()
+	_, err := c.Conn.Write(pingFrame)
+	l.writeMu.Unlock()
+	if err != nil {
+		return // the connection is over; go-zookeeper sees why
+	}
+	l.timer.Load().Reset(liveAnswerWithin)
 }
 
 // Write reports a failed write as written and closes the connection, so
@@ -62,6 +137,10 @@ func (c cappedConn) Write(b []byte) (int, error) {
 	if c.writeFailed.Load() {
 		return 0, net.ErrClosed
 	}
+	if c.live != nil {
+		c.live.writeMu.Lock()
+		defer c.live.writeMu.Unlock()
+	}
 	if _, err := c.Conn.Write(b); err != nil {
 		c.writeFailed.Store(true)
 		c.Conn.Close()
@@ -83,6 +162,16 @@ func (c cappedConn) SetReadDeadline(t time.Time) error {
 }
 
 func (c cappedConn) Read(b []byte) (int, error) {
+	n, err := c.read(b)
+	if n > 0 && c.live != nil {
+		c.live.lastRead.Store(time.Now().UnixNano())
+		c.live.pingSent.Store(0)
+		c.live.misses.Store(0)
+	}
+	return n, err
+}
+
+func (c cappedConn) read(b []byte) (int, error) {
 	h := c.hold
 	if len(h.pending) == 0 {
 		if !h.holding() {
@@ -98,6 +187,9 @@ func (c cappedConn) Read(b []byte) (int, error) {
 }
 
 func (c cappedConn) Close() error {
+	if c.live != nil && !c.live.closed.Swap(true) {
+		c.live.timer.Load().Stop()
+	}
 	c.hold.release()
 	return c.Conn.Close()
 }

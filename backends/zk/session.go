@@ -256,8 +256,16 @@ func (s *session) dial(network, addr string, timeout time.Duration) (net.Conn, e
 	s.connMu.Lock()
 	s.conn = conn
 	s.connMu.Unlock()
-	s.cur.Store(int32(s.c.servers().byAddr[addr]))
-	return newCappedConn(conn, max(s.c.sessionTimeout, 2*time.Second), s.watching.Load()), nil
+	idx, known := s.c.servers().byAddr[addr]
+	s.cur.Store(int32(idx))
+	if !known {
+		idx = -1 // a server no longer in the list: no member to report
+	}
+	live := &liveness{
+		wanted:   func() bool { return s.home < 0 || s.watching.Load() },
+		onSilent: func() { s.c.r.Unanswered(idx) }, // the router exists before any session
+	}
+	return newCappedConn(conn, max(s.c.sessionTimeout, 2*time.Second), s.watching.Load(), live), nil
 }
 
 // close ends the session (its server left the Conn) after the calls in
