@@ -204,6 +204,43 @@ func (c *etcdClient) Write(ctx context.Context, key string, value []byte) error 
 // ErrorClass implements the fleet's errorClasser.
 func (c *etcdClient) ErrorClass(err error) string { return etcdErrorClass(err) }
 
+// HoldStreams implements the fleet's streamHolder.
+func (c *etcdClient) HoldStreams(ctx context.Context, key string) (func(), error) {
+	return holdEtcdStreams(ctx, c.Client.Client.Client, key)
+}
+
+// HoldStreams implements the fleet's streamHolder.
+func (c *stockClient) HoldStreams(ctx context.Context, key string) (func(), error) {
+	return holdEtcdStreams(ctx, c.clis[0], key)
+}
+
+// holdEtcdStreams opens what an idle service holds: a watch on key and the
+// keep-alive of a 60 s lease (etcd's concurrency sessions' default TTL).
+func holdEtcdStreams(ctx context.Context, cli *clientv3.Client, key string) (func(), error) {
+	sctx, cancel := context.WithCancel(ctx)
+	lease, err := cli.Grant(sctx, 60)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	ka, err := cli.KeepAlive(sctx, lease.ID)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	wch := cli.Watch(sctx, key)
+	var drains sync.WaitGroup
+	drains.Go(func() {
+		for range ka {
+		}
+	})
+	drains.Go(func() {
+		for range wch {
+		}
+	})
+	return func() { cancel(); drains.Wait() }, nil
+}
+
 // ErrorClass implements the fleet's errorClasser.
 func (c *stockClient) ErrorClass(err error) string { return etcdErrorClass(err) }
 

@@ -39,6 +39,16 @@ type FleetOptions struct {
 	// Settle is how long the clients run before the window opens: routers
 	// settle (SettleRounds probe rounds) and start-up probes pass.
 	Settle time.Duration
+	// Streams has each client hold long-lived streams for the whole run:
+	// on etcd a watch and a lease's keep-alive (a 60 s lease, the default
+	// of etcd's concurrency sessions), on ZooKeeper a watch.
+	Streams bool
+}
+
+// streamHolder is a client that can hold the streams of FleetOptions.Streams.
+type streamHolder interface {
+	// HoldStreams opens them (key is the client's own); stop ends them.
+	HoldStreams(ctx context.Context, key string) (stop func(), err error)
 }
 
 // FleetResult is one fleet run's figures.
@@ -59,6 +69,7 @@ type FleetResult struct {
 	FailedBy    map[string]int `json:"failed_by,omitempty"`
 	NewLeaderAt time.Duration  `json:"new_leader_after_kill,omitempty"`
 	Moved       bool           `json:"leader_moved,omitempty"` // the leader moved rather than killed
+	Streams     bool           `json:"streams,omitempty"`      // each client held streams
 	// Failed says why the fleet could not be run in full (a client that
 	// could not connect: the cluster overwhelmed), "" when it ran.
 	Failed string `json:"failed,omitempty"`
@@ -78,7 +89,7 @@ var ErrNoProbeCounts = errors.New("bench: the cluster does not count probes (nee
 
 // RunFleet runs one fleet on cl.
 func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, error) {
-	res := FleetResult{Policy: o.Policy, Clients: o.Clients, Rate: o.Rate, Moved: o.Move}
+	res := FleetResult{Policy: o.Policy, Clients: o.Clients, Rate: o.Rate, Moved: o.Move, Streams: o.Streams}
 	pc, ok := cl.(probeCounter)
 	if !ok {
 		return res, ErrNoProbeCounts
@@ -104,6 +115,18 @@ func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, err
 			return res, nil
 		}
 		clients = append(clients, c)
+		if o.Streams {
+			sh, ok := c.(streamHolder)
+			if !ok {
+				return res, fmt.Errorf("bench: %s clients hold no streams", o.Policy)
+			}
+			stop, err := sh.HoldStreams(ctx, fmt.Sprintf("fleet/w/%d", len(clients)))
+			if err != nil {
+				res.Failed = fmt.Sprintf("client %d of %d could not open its streams: %v", len(clients), o.Clients, err)
+				return res, nil
+			}
+			defer stop()
+		}
 	}
 
 	// Writers: each client paced at Rate, its own key; acks and failures
@@ -277,6 +300,14 @@ func errorClass(c Client, err error) string {
 	return "other"
 }
 
+// streamsLabel names a fleet row's streams: "", ", streams held".
+func streamsLabel(streams bool) string {
+	if streams {
+		return ", streams held"
+	}
+	return ""
+}
+
 // failoverLabel names a fleet row's failover: "", ", leader killed",
 // ", leader moved".
 func failoverLabel(failover, move bool) string {
@@ -311,6 +342,7 @@ type FleetCase struct {
 	Rate     float64 // writes a second per client; 0 idle
 	Failover bool
 	Move     bool // the leader moved, not killed
+	Streams  bool // each client holds a watch (and, on etcd, a keep-alive)
 }
 
 // window is how long the row's steady state is measured: a full settled
@@ -325,12 +357,13 @@ func (fc FleetCase) window() time.Duration {
 }
 
 // DefaultFleetCases are the fleet scenario's rows: idle fleets of 100 and
-// 500, 100 clients writing once a second, and 50 clients writing twice a
+// 500, 100 idle clients each holding streams, 100 clients writing once a second, and 50 clients writing twice a
 // second through a leader kill and through a leader move.
 func DefaultFleetCases() []FleetCase {
 	return []FleetCase{
 		{Name: "idle-100", Clients: 100},
 		{Name: "idle-500", Clients: 500},
+		{Name: "streams-100", Clients: 100, Streams: true},
 		{Name: "writes-100", Clients: 100, Rate: 1},
 		{Name: "failover-50", Clients: 50, Rate: 2, Failover: true},
 		{Name: "move-50", Clients: 50, Rate: 2, Failover: true, Move: true},
@@ -381,8 +414,8 @@ func (r *Runner) RunFleets(ctx context.Context, cases []FleetCase, policies []st
 				if err != nil {
 					return out, err
 				}
-				label := fmt.Sprintf("fleet %s: %d clients, %.0f writes/s each%s, trial %d", p, fc.Clients, fc.Rate, failoverLabel(fc.Failover, fc.Move), trial+1)
-				o := FleetOptions{Policy: p, Clients: fc.Clients, Window: fc.window(), Rate: fc.Rate, Failover: fc.Failover, Move: fc.Move, Settle: 5 * time.Second}
+				label := fmt.Sprintf("fleet %s: %d clients, %.0f writes/s each%s%s, trial %d", p, fc.Clients, fc.Rate, streamsLabel(fc.Streams), failoverLabel(fc.Failover, fc.Move), trial+1)
+				o := FleetOptions{Policy: p, Clients: fc.Clients, Window: fc.window(), Rate: fc.Rate, Failover: fc.Failover, Move: fc.Move, Streams: fc.Streams, Settle: 5 * time.Second}
 				if r.opts.Progress != nil {
 					r.opts.Progress.Start(label, o.Settle+o.Window)
 				}
@@ -409,11 +442,12 @@ func FleetMarkdown(results []FleetResult) string {
 		rate     float64
 		failover bool
 		moved    bool
+		streams  bool
 	}
 	var order []key
 	groups := map[key][]FleetResult{}
 	for _, r := range results {
-		k := key{r.Policy, r.Clients, r.Rate, r.FirstWrite != nil, r.Moved}
+		k := key{r.Policy, r.Clients, r.Rate, r.FirstWrite != nil, r.Moved, r.Streams}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
 		}
@@ -451,7 +485,7 @@ func FleetMarkdown(results []FleetResult) string {
 			}
 		}
 		fleet := fmt.Sprintf("%d, %s", k.clients, map[bool]string{false: "idle", true: fmt.Sprintf("%.0f writes/s each", k.rate)}[k.rate > 0])
-		fleet += failoverLabel(k.failover, k.moved)
+		fleet += streamsLabel(k.streams) + failoverLabel(k.failover, k.moved)
 		fo, fw := "—", "—"
 		if k.failover {
 			fo = fmt.Sprintf("%s / %s / %s", pm(p50, 2), pm(p99, 2), pm(pmax, 2))

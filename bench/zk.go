@@ -347,3 +347,16 @@ func (c *stockZK) Close() error {
 	c.conn.Close()
 	return nil
 }
+
+// HoldStreams implements the fleet's streamHolder: a watch on key's znode
+// (one-shot, and nothing changes it during a fleet's run).
+func (c *zkClient) HoldStreams(ctx context.Context, key string) (func(), error) {
+	_, _, _, err := c.ExistsWContext(ctx, zktest.Znode(key))
+	return func() {}, err
+}
+
+// HoldStreams implements the fleet's streamHolder, as zkClient's.
+func (c *stockZK) HoldStreams(_ context.Context, key string) (func(), error) {
+	_, _, _, err := c.conn.ExistsW(zktest.Znode(key))
+	return func() {}, err
+}

@@ -90,8 +90,10 @@ func (r *Router) Unsettle() {
 // frozen member fails nothing, it only stays silent. It counts as one
 // failed probe, never alone enough to make the member unreachable, and the
 // router probes at once: a member that fails that probe too is
-// unreachable one probe timeout later instead of two; one that answers is
-// back to no failures. An index out of range or retired is ignored.
+// unreachable one probe timeout later (with the default UnreachableAfter,
+// 2, instead of two); one that answers is back to no failures, and so is
+// one whose probe in a round already under way succeeded. An index out of
+// range or retired is ignored.
 func (r *Router) Unanswered(idx int) {
 	r.mu.Lock()
 	ro := r.roster()

@@ -168,7 +168,10 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 	}
 
 	c := &Client{id: "c" + strconv.FormatUint(clientSeq.Add(1), 10), zones: o.Zones, endpoints: slices.Clone(cfg.Endpoints), leaderWait: o.leaderWait}
-	c.streams = newStreams(func() *router.Router { return c.routerReady.Load() })
+	c.streams = newStreams(func() *router.Router { return c.routerReady.Load() }, func(ctx context.Context, m router.Member) error {
+		_, err := c.probe(ctx, m)
+		return err
+	})
 	rcfg := o.Config(router.Config{Policy: router.Hybrid})
 	rcfg.Members, rcfg.Prober = ms, router.ProberFunc(c.probe)
 	if rcfg.OnEvent == nil {

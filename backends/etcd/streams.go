@@ -36,9 +36,12 @@ import (
 // keepAliveAnswerWithin makes it probe too. The probes then judge the
 // member: one that fails them is unreachable and its streams move.
 type streams struct {
-	r    func() *router.Router
-	mu   sync.Mutex
-	open map[*trackedStream]struct{}
+	r     func() *router.Router
+	probe func(ctx context.Context, m router.Member) error // the client's probe of one member
+	mu    sync.Mutex
+	open  map[*trackedStream]struct{}
+	// confirming: members whose probe a miss asked for is under way.
+	confirming map[int]bool
 }
 
 type trackedStream struct {
@@ -60,8 +63,10 @@ type trackedStream struct {
 	sendMu       sync.Mutex   // SendMsg is not safe from two goroutines: clientv3's and the check's
 	lastRecv     atomic.Int64 // when the stream last received a message (UnixNano)
 	pingSent     atomic.Int64 // when the check's last progress request was sent (UnixNano), 0 once anything arrived after it
+	lastAsked    atomic.Int64 // when the check last sent one (UnixNano)
 	owed         atomic.Int64 // the check's progress requests not yet answered
 	userProgress atomic.Int64 // the caller's own progress requests not yet answered
+	answers      atomic.Bool  // a progress request was answered since the last watcher was created
 	misses       atomic.Int32 // progress requests in a row left unanswered
 }
 
@@ -74,24 +79,29 @@ type trackedStream struct {
 // rest; a false alarm costs a few probe rounds.
 const keepAliveAnswerWithin = 500 * time.Millisecond
 
-// A watch stream silent for watchQuietAfter is asked for its progress; an
-// answer not back within watchAnswerWithin counts as a failed probe of its
-// member (router.Unanswered), and the router probes at once. A member
-// answers a progress request from memory in about a round trip; one whose
-// watchers are catching up on history answers none (etcd drops the request
-// until they are synced), so a miss alone never moves a stream, and the
-// wait before the next request doubles with each miss, up to watchQuietMax.
-// From the last message before a freeze to the streams' move: at most
+// A watch stream silent for watchQuietAfter is asked for its progress. A
+// member answers from memory in about a round trip, but only while every
+// watcher on the stream is synced and starts at or below its revision:
+// etcd drops the request otherwise (a watcher catching up on history, one
+// opened at a future revision, as clientv3 resumes watches and Kubernetes
+// opens them, on a cluster with no write since). So a miss on a stream
+// that has answered one of the check's requests since its last watcher
+// was created counts as a failed probe of its member (router.Unanswered);
+// a miss on one that has not is confirmed first by a probe of the member
+// (Status, within confirmTimeout), and only a failed one counts. The wait
+// before the next request doubles with each miss, up to watchQuietMax.
+// From a frozen member's last message to the streams' move: about
 // watchQuietAfter + watchAnswerWithin + one ProbeTimeout (0.5 s by
-// default), about 2.4 s. Each request costs the member a small message in
-// and one out on a stream it already has (with gRPC's flow-control pings,
-// about 0.45 ms of member CPU on the test bed), once per 1.5 s of an idle
-// watch's life: the rate is what keeps a fleet's cost within 0.05 cores per
-// 100 clients.
+// default), 2.4 s, on a stream that answers. Each request costs the member
+// a small message in and one out on a stream it already has (with gRPC's
+// flow-control pings, about 0.45 ms of member CPU on the test bed), once
+// per 1.5 s of an idle watch's life: the rate that keeps a fleet's cost
+// within 0.05 cores per 100 clients.
 const (
 	watchQuietAfter   = 1500 * time.Millisecond
 	watchAnswerWithin = 400 * time.Millisecond
-	watchQuietMax     = 12 * time.Second
+	watchQuietMax     = 6 * time.Second
+	confirmTimeout    = 500 * time.Millisecond
 )
 
 // Only the streams clientv3 reopens and resumes are moved: a Watch resumes
@@ -112,8 +122,8 @@ type streamKey struct{}
 // errMoved is the cause a moved stream's context is cancelled with.
 var errMoved = errors.New("oproute: member stopped serving; stream moved")
 
-func newStreams(r func() *router.Router) *streams {
-	return &streams{r: r, open: map[*trackedStream]struct{}{}}
+func newStreams(r func() *router.Router, probe func(context.Context, router.Member) error) *streams {
+	return &streams{r: r, probe: probe, open: map[*trackedStream]struct{}{}, confirming: map[int]bool{}}
 }
 
 // intercept is the client's stream interceptor: it gives each stream a
@@ -207,10 +217,23 @@ type movableStream struct {
 // SendMsg arms, for a keep-alive, a check that it is answered in time: a
 // frozen leader fails nothing, it only leaves the stream silent, and a
 // settled router would not notice before the lease ran out.
+//
+// On a watch stream it serialises the caller's sends with the liveness
+// check's, and notes what the check must know: a new watcher may leave
+// progress requests unanswered, and the caller's own progress requests
+// take the next answers (the check's outstanding ones are then the
+// caller's too: an extra answer is a true statement of progress, a
+// swallowed one would leave the caller with an older one).
 func (s *movableStream) SendMsg(m any) error {
 	if s.ts.watch {
-		if req, ok := m.(*pb.WatchRequest); ok && req.GetProgressRequest() != nil {
-			s.ts.userProgress.Add(1)
+		if req, ok := m.(*pb.WatchRequest); ok {
+			switch {
+			case req.GetProgressRequest() != nil:
+				s.ts.userProgress.Add(1)
+				s.ts.owed.Store(0)
+			case req.GetCreateRequest() != nil:
+				s.ts.answers.Store(false)
+			}
 		}
 		s.ts.sendMu.Lock()
 		defer s.ts.sendMu.Unlock()
@@ -257,10 +280,7 @@ func (s *movableStream) RecvMsg(m any) error {
 // ownProgress notes that the watch stream received m (any message shows
 // the member alive), and reports whether m answers a progress request of
 // the check's own, which the caller never asked for and must not see. The
-// answers look alike: one goes to the caller first while the caller has
-// requests of its own outstanding (an extra one is still a true statement
-// of progress). etcd answers a progress request once, or never while a
-// watcher on the stream is catching up.
+// answers look alike: the caller's outstanding requests take them first.
 func (s *movableStream) ownProgress(m any) bool {
 	ts := s.ts
 	ts.lastRecv.Store(time.Now().UnixNano())
@@ -270,6 +290,7 @@ func (s *movableStream) ownProgress(m any) bool {
 	if !ok || resp.GetWatchId() != clientv3.InvalidWatchID || len(resp.GetEvents()) > 0 || resp.GetCreated() || resp.GetCanceled() || resp.GetCompactRevision() != 0 {
 		return false
 	}
+	ts.answers.Store(true)
 	return !takeOne(&ts.userProgress) && takeOne(&ts.owed)
 }
 
@@ -288,8 +309,10 @@ func takeOne(n *atomic.Int64) bool {
 
 // quietCheck runs on a watch stream's timer: it asks a stream silent for
 // watchQuietAfter (doubled per miss, up to watchQuietMax) for its progress,
-// and reports the member to the router (Unanswered) when the answer is not
-// back within watchAnswerWithin. It rearms itself until the stream ends.
+// and when nothing is back within watchAnswerWithin reports the member to
+// the router (Unanswered), at once if the stream has answered since its
+// last watcher was created, else if a probe of the member fails too. It
+// rearms itself until the stream ends.
 func (s *movableStream) quietCheck() {
 	ts := s.ts
 	if s.Context().Err() != nil {
@@ -304,17 +327,27 @@ func (s *movableStream) quietCheck() {
 		}
 		if ts.pingSent.CompareAndSwap(sent, 0) {
 			ts.misses.Add(1)
-			if r := s.ss.r(); r != nil {
-				r.Unanswered(int(ts.member.Load()))
+			if m := int(ts.member.Load()); ts.answers.Load() {
+				if r := s.ss.r(); r != nil {
+					r.Unanswered(m)
+				}
+			} else {
+				go s.ss.confirm(m)
 			}
 		}
 	}
+	// The wait runs from the last message or the last request, whichever
+	// is later: after a miss it doubles from the request that missed.
 	quiet := min(watchQuietAfter<<min(ts.misses.Load(), 5), watchQuietMax)
+	if asked := time.Unix(0, ts.lastAsked.Load()); asked.After(last) {
+		last = asked
+	}
 	if due := last.Add(quiet); now.Before(due) {
 		s.check.Load().Reset(due.Sub(now))
 		return
 	}
 	ts.pingSent.Store(now.UnixNano())
+	ts.lastAsked.Store(now.UnixNano())
 	ts.owed.Add(1)
 	ts.sendMu.Lock()
 	err := s.ClientStream.SendMsg(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}})
@@ -323,4 +356,35 @@ func (s *movableStream) quietCheck() {
 		return // the stream is over; its caller sees why
 	}
 	s.check.Load().Reset(watchAnswerWithin)
+}
+
+// confirm probes member m after a miss on a stream that may not answer
+// progress requests, and reports it to the router (Unanswered) if the
+// probe fails too. One probe per member at a time.
+func (ss *streams) confirm(m int) {
+	r := ss.r()
+	if r == nil {
+		return
+	}
+	mem, ok := r.Member(m)
+	if !ok {
+		return
+	}
+	ss.mu.Lock()
+	if ss.confirming[m] {
+		ss.mu.Unlock()
+		return
+	}
+	ss.confirming[m] = true
+	ss.mu.Unlock()
+	defer func() {
+		ss.mu.Lock()
+		delete(ss.confirming, m)
+		ss.mu.Unlock()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
+	defer cancel()
+	if err := ss.probe(ctx, mem); err != nil {
+		r.Unanswered(m)
+	}
 }

@@ -70,7 +70,10 @@
 //     or frozen with its TCP connections open) is moved at once, about a
 //     second after the server stops answering, instead of after
 //     go-zookeeper's receive timeout (two thirds of the session timeout).
-//     Reads in flight there are retried once on another server; writes in
+//     An idle Conn probes no follower, so the connection of every session
+//     that may hold watches, silent for 1.5 s, sends a ZooKeeper ping of
+//     its own; no byte back within 400 ms counts as a failed probe of the
+//     server, which the router then probes at once. Reads in flight there are retried once on another server; writes in
 //     flight fail with zk.ErrConnectionClosed (their outcome is unknown,
 //     and they are never retried).
 //   - A member session that had to leave its server goes back when the

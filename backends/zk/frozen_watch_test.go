@@ -19,10 +19,15 @@ const maxWatchLateness = 3 * time.Second
 // An otherwise idle, settled Conn holds a watch through a follower; the
 // follower is frozen (SIGSTOP: its TCP connections stay open) and a plain
 // client changes the node through another server. The watch fires within
-// maxWatchLateness of the change.
+// maxWatchLateness of the change. The session timeout is 30 s, a common
+// one: go-zookeeper alone would give up on the server after 20 s.
 func TestIdleWatchLeavesFrozenServer(t *testing.T) {
 	c := testbed.StartZKT(t, testbed.ZKOptions{})
-	conn, _ := connect(t, c)
+	conn, _, err := ozk.Connect(c.Endpoints(), 30*time.Second, ozk.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
 	if _, err := conn.Create("/frozen-w", []byte("0"), 0, acl); err != nil {
 		t.Fatal(err)
 	}

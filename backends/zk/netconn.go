@@ -37,10 +37,11 @@ type liveness struct {
 	writeMu  sync.Mutex // one writer at a time: go-zookeeper's send loop, or a ping
 	lastRead atomic.Int64
 	pingSent atomic.Int64 // UnixNano; 0 when no ping is outstanding
+	lastPing atomic.Int64 // UnixNano of the last ping sent
 	misses   atomic.Int32
 	closed   atomic.Bool
 	timer    atomic.Pointer[time.Timer]
-	wanted   func() bool // the session holds what a silent server would strand: watches, the primary's ephemerals
+	wanted   func() bool // the session may hold watches, which a silent server would strand
 	onSilent func()      // a ping went unanswered
 }
 
@@ -96,12 +97,19 @@ func (c cappedConn) checkSilence() {
 			l.onSilent()
 		}
 	}
+	// The wait runs from the last byte read or the last ping, whichever is
+	// later: after a miss it doubles from the ping that missed.
 	quiet := min(liveQuietAfter<<min(l.misses.Load(), 5), liveQuietMax)
-	if due := time.Unix(0, l.lastRead.Load()).Add(quiet); now.Before(due) || !c.handshakeDone.Load() || !l.wanted() {
+	last := max(l.lastRead.Load(), l.lastPing.Load())
+	// Only once go-zookeeper's receive loop reads (it starts after a session
+	// was established: a connection whose handshake said "expired" is
+	// never read again, and left to fail on its next write).
+	if due := time.Unix(0, last).Add(quiet); now.Before(due) || !c.hold.recvStarted.Load() || !l.wanted() {
 		l.timer.Load().Reset(max(due.Sub(now), liveQuietAfter/4))
 		return
 	}
 	l.pingSent.Store(now.UnixNano())
+	l.lastPing.Store(now.UnixNano())
 	l.writeMu.Lock()
 	_, err := c.Conn.Write(pingFrame)
 	l.writeMu.Unlock()
@@ -163,10 +171,15 @@ func (c cappedConn) SetReadDeadline(t time.Time) error {
 
 func (c cappedConn) Read(b []byte) (int, error) {
 	n, err := c.read(b)
-	if n > 0 && c.live != nil {
-		c.live.lastRead.Store(time.Now().UnixNano())
-		c.live.pingSent.Store(0)
-		c.live.misses.Store(0)
+	if c.live != nil {
+		if n > 0 {
+			c.live.lastRead.Store(time.Now().UnixNano())
+			c.live.pingSent.Store(0)
+			c.live.misses.Store(0)
+		}
+		if err != nil && !c.live.closed.Swap(true) {
+			c.live.timer.Load().Stop() // the connection is over
+		}
 	}
 	return n, err
 }

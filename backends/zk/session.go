@@ -262,7 +262,7 @@ func (s *session) dial(network, addr string, timeout time.Duration) (net.Conn, e
 		idx = -1 // a server no longer in the list: no member to report
 	}
 	live := &liveness{
-		wanted:   func() bool { return s.home < 0 || s.watching.Load() },
+		wanted:   s.watching.Load,                  // a silent server strands a session's watches; the rest fail calls, which the router sees
 		onSilent: func() { s.c.r.Unanswered(idx) }, // the router exists before any session
 	}
 	return newCappedConn(conn, max(s.c.sessionTimeout, 2*time.Second), s.watching.Load(), live), nil

@@ -63,7 +63,7 @@ func run() error {
 	nodes := fs.Int("nodes", 3, "members, for scenarios without a fixed size (3 or 5)")
 	topoFile := fs.String("topology", "", "three-zones (each member in a zone of its own: client and m0 in a, the leader m1 in b, m2 in c), or a JSON topology file (zones, one-way delays), replacing the default")
 	endpoints := fs.String("endpoints", "", "comma-separated endpoints of an existing cluster instead of the test bed (no fault injection)")
-	fleetRows := fs.String("fleet-rows", "", "fleet scenario rows, comma-separated (default all): idle-100, idle-500, writes-100, failover-50, move-50")
+	fleetRows := fs.String("fleet-rows", "", "fleet scenario rows, comma-separated (default all): idle-100, idle-500, streams-100, writes-100, failover-50, move-50")
 	out := fs.String("out", "", "directory for tables.md, results.json, results.csv and PNG figures")
 	cpuProfile := fs.String("cpuprofile", "", "write the client process's CPU profile here")
 	replot := fs.String("replot", "", "redraw DIR/tables.md and DIR's figures from DIR/results.json (a previous --out), running nothing")
