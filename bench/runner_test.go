@@ -17,6 +17,8 @@ import (
 
 	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/testbed"
+
+	"github.com/oproute/oproute/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -100,6 +102,7 @@ func TestRunnerRejectsNonsense(t *testing.T) {
 // TestQuickRunEndToEnd runs a short quick scenario on a real test-bed
 // cluster and checks the records and files it produces.
 func TestQuickRunEndToEnd(t *testing.T) {
+	testutil.NeedsServers(t)
 	w := DefaultWorkload()
 	w.Duration, w.Warmup, w.Workers, w.Keys = 1500*time.Millisecond, 300*time.Millisecond, 4, 100
 	r, err := NewRunner(Options{Backend: Etcd{}, Workload: w, Trials: 2, Policies: []string{router.RoundRobin, router.Hybrid}})

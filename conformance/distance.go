@@ -35,11 +35,25 @@ func clusterOn(t *testing.T, h Harness, topo testbed.Topology) Cluster {
 	return th.NewClusterOn(t, topo)
 }
 
+// A healthy far member at deliberate saturation (busyWorkers, -race) is
+// judged by a bound, not by "never": an ejection needs only EjectRounds
+// rounds above the line, and a saturated shared machine gives such a run
+// now and then. Each member may be out of the read pool at most
+// maxOutShare of the window (sampled every 100 ms; one false ejection, a
+// BaseEjection of 1 s and its readmission, is about 1.5 s) and must serve
+// within [minReadShare, 0.43] of the reads by its own count. A far member
+// ejected for good, or in every few seconds, fails both.
+const (
+	maxOutShare  = 0.10
+	minReadShare = 0.23
+)
+
 // testFarMemberKept runs busyWorkers closed-loop workers, 80/20, for window
-// on a healthy cluster: nobody leaves the read pool, and every member
-// serves between 0.23 and 0.43 of the linearizable reads by its own count.
-// The load's own limits (maxDuration, or maxOps if that comes first) end
-// it before a 60 s window does; the window's last rounds are idle ones.
+// on a healthy cluster: no member out of the read pool for more than
+// maxOutShare of it, and every member serving between minReadShare and
+// 0.43 of the linearizable reads by its own count. The load's own limits
+// (maxDuration, or maxOps if that comes first) end it before a 60 s window
+// does; the window's last rounds are idle ones.
 func testFarMemberKept(t *testing.T, h Harness, topo testbed.Topology, window time.Duration) {
 	c := clusterOn(t, h, topo)
 	cli := connect(t, h, c.Endpoints(), router.Hybrid)
@@ -53,19 +67,41 @@ func testFarMemberKept(t *testing.T, h Harness, topo testbed.Topology, window ti
 		}
 		return true
 	})
-	before := servedAll(t, c)
-	end := time.Now().Add(window)
-	for time.Now().Before(end) {
-		nobodyLeft(t, cli, "on a healthy cluster")
+	ejections := func() []uint64 {
+		var n []uint64
+		for _, m := range cli.Stats().Members {
+			n = append(n, m.Ejections)
+		}
+		return n
+	}
+	before, ej0 := servedAll(t, c), ejections()
+	out := make([]int, len(c.Endpoints()))
+	samples := 0
+	for end := time.Now().Add(window); time.Now().Before(end); samples++ {
+		for i, m := range cli.Stats().Members {
+			if m.Ejected {
+				out[i]++
+			}
+		}
 		time.Sleep(100 * time.Millisecond) // sampling the router's state, not synchronising
 	}
 	d := delta(servedAll(t, c), before)
 	l.stop()
 	sh := shares(d, readsOf)
-	t.Logf("zones %v, leader m%d, %d ops, %d errors: read shares by the members' own counts %.3f", topo.Zones, leader, l.ops.Load(), l.errs.Load(), sh)
+	ej := ejections()
+	outShares := make([]float64, len(out))
+	for i := range out {
+		outShares[i] = float64(out[i]) / float64(samples)
+		ej[i] -= ej0[i]
+	}
+	t.Logf("zones %v, leader m%d, %d ops, %d errors: read shares by the members' own counts %.3f; out of the pool %.3f of %d samples, ejections %v",
+		topo.Zones, leader, l.ops.Load(), l.errs.Load(), sh, outShares, samples, ej)
 	for i, s := range sh {
-		if s < 0.23 || s > 0.43 {
-			t.Errorf("m%d (zone %s) served %.3f of the reads, want within [0.23, 0.43]: %+v", i, topo.Zones[i], s, d)
+		if s < minReadShare || s > 0.43 {
+			t.Errorf("m%d (zone %s) served %.3f of the reads, want within [%.2f, 0.43]: %+v", i, topo.Zones[i], s, minReadShare, d)
+		}
+		if outShares[i] > maxOutShare {
+			t.Errorf("m%d (zone %s) was out of the read pool %.3f of the window (%d ejections), want at most %.2f", i, topo.Zones[i], outShares[i], ej[i], maxOutShare)
 		}
 	}
 	if l.ops.Load() < 1000 {

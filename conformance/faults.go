@@ -283,7 +283,7 @@ func streamSetup(t *testing.T, h Harness, key, value string) (Cluster, Client, S
 	c, cli, leader := hybridSetup(t, h)
 	sc, ok := cli.(StreamClient)
 	if !ok {
-		t.Skip("backend has no streams")
+		testutil.Skip(t, "backend has no streams")
 	}
 	if err := cli.Put(t.Context(), key, value); err != nil {
 		t.Fatal(err)
@@ -390,7 +390,7 @@ func testMaintenance(t *testing.T, h Harness) {
 	_, cli, leader := hybridSetup(t, h)
 	mc, ok := cli.(MaintenanceClient)
 	if !ok {
-		t.Skip("backend has no maintenance calls")
+		testutil.Skip(t, "backend has no maintenance calls")
 	}
 	ctx := context.Background()
 	target := (leader + 1) % 3

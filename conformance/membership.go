@@ -83,12 +83,12 @@ func testGrowAndShrink(t *testing.T, h Harness) {
 	}
 	mc, ok := c.(MembershipCluster)
 	if !ok {
-		t.Skip("the test bed cannot change this backend's membership")
+		testutil.Skip(t, "the test bed cannot change this backend's membership")
 	}
 	cli := connect(t, h, c.Endpoints(), router.Hybrid)
 	rc, ok := cli.(MembershipClient)
 	if !ok {
-		t.Skip("the client cannot learn the membership")
+		testutil.Skip(t, "the client cannot learn the membership")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -42,7 +42,7 @@ func sessionClient(t *testing.T, cli Client) SessionClient {
 	t.Helper()
 	sc, ok := cli.(SessionClient)
 	if !ok {
-		t.Skip("backend has no client sessions")
+		testutil.Skip(t, "backend has no client sessions")
 	}
 	return sc
 }
@@ -119,7 +119,7 @@ func testExpiry(t *testing.T, h Harness) {
 	c := h.NewCluster(t, 3)
 	cut, ok := c.(ClientCutter)
 	if !ok {
-		t.Skip("cluster cannot cut client links")
+		testutil.Skip(t, "cluster cannot cut client links")
 	}
 	sc := sessionClient(t, connect(t, h, c.Endpoints(), router.Hybrid))
 	ctx := context.Background()

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/oproute/oproute/internal/testutil"
 )
 
 func TestSetMembers(t *testing.T) {
@@ -143,7 +145,7 @@ func repeatUntilStopped(n int, f func() bool) (stop func()) {
 // whose reads all take d shows round means of exactly d.
 func TestReadRoundSeesWholeSamples(t *testing.T) {
 	if runtime.GOMAXPROCS(0) < 2 {
-		t.Skip("needs a sampler running beside the rounds")
+		testutil.Skip(t, "needs a sampler running beside the rounds")
 	}
 	tr := newTestRouter(t, Config{})
 	h := tr.roster().health[0]

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -47,7 +48,11 @@ func workDir(dir, prefix string) (_ string, own bool, err error) {
 // memberBinary returns the executable that runs etcd members and proxy
 // hosts: this one, unless it is race-instrumented, in which case a plain
 // build of etcdmember (the race detector would slow the servers
-// several-fold and skew every timing).
+// several-fold and skew every timing). The build runs once per process
+// under its own bound (memberBuildTimeout; a cold build takes minutes on
+// two cores), not ctx's deadline, which is a cluster's start timeout: call
+// it before that clock starts (startT does). A failed build is not kept:
+// the next cluster tries again.
 func memberBinary(ctx context.Context, dir string) (string, error) {
 	if bin := os.Getenv("OPROUTE_ETCD_MEMBER_BIN"); bin != "" {
 		return bin, nil
@@ -59,24 +64,34 @@ func memberBinary(ctx context.Context, dir string) (string, error) {
 		}
 		return self, nil
 	}
-	memberBuild.once.Do(func() {
-		sweepMemberBinaries()
-		out := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d", memberBinaryPrefix, os.Getpid()))
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/oproute/oproute/testbed/internal/etcdmember")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			os.Remove(out)
-			memberBuild.err = fmt.Errorf("testbed: building the member binary: %w\n%s", err, b)
-			return
-		}
-		memberBuild.path, memberBuild.err = inMemory(out)
-	})
-	return memberBuild.path, memberBuild.err
+	memberBuild.mu.Lock()
+	defer memberBuild.mu.Unlock()
+	if memberBuild.path != "" {
+		return memberBuild.path, nil
+	}
+	sweepMemberBinaries()
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), memberBuildTimeout)
+	defer cancel()
+	out := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d", memberBinaryPrefix, os.Getpid()))
+	cmd := exec.CommandContext(bctx, "go", "build", "-o", out, "github.com/oproute/oproute/testbed/internal/etcdmember")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		os.Remove(out)
+		return "", fmt.Errorf("testbed: building the member binary: %w\n%s", err, b)
+	}
+	path, err := inMemory(out)
+	if err != nil {
+		return "", err
+	}
+	memberBuild.path = path
+	return path, nil
 }
 
+// memberBuildTimeout bounds the member binary's build.
+const memberBuildTimeout = 10 * time.Minute
+
 var memberBuild struct {
-	once sync.Once
-	path string
-	err  error
+	mu   sync.Mutex
+	path string   // once built
 	mem  *os.File // the memory file path executes
 }
 

@@ -15,6 +15,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/oproute/oproute/internal/testutil"
 )
 
 // requireCPULimit skips the test where this machine gives no cgroup CPU
@@ -22,7 +24,7 @@ import (
 func requireCPULimit(t *testing.T) {
 	t.Helper()
 	if err := CPULimitAvailable(); err != nil {
-		t.Skipf("no CPU budgets here: %v", err)
+		testutil.Skip(t, fmt.Sprintf("no CPU budgets here: %v", err))
 	}
 }
 
@@ -83,11 +85,13 @@ func budgetOfPID(t *testing.T, pid int) (string, float64) {
 // proxies, and a JVM started again after a kill, runs in that server's
 // cgroup with that server's quota; Close removes the cgroups.
 func TestZKCPUBudgets(t *testing.T) {
+	testutil.NeedsServers(t)
 	requireCPULimit(t)
 	c, err := StartZK(context.Background(), ZKOptions{CPUBudgets: CPUBudgets{MemberCPUs: []float64{0.3}, ClusterCPU: 1.2}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { c.Close() }) // a failure midway leaves no JVM loading the CPU
 	want := []float64{0.3, 0.4, 0.4}
 	var dirs []string
 	check := func(i int) {

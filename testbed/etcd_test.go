@@ -2,8 +2,9 @@ package testbed_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -106,9 +107,11 @@ func TestMoveLeaderKillRestart(t *testing.T) {
 	if err := c.Kill(2); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.FindProcess(pid); err != nil {
-		t.Fatal(err)
-	}
+	// The member's process is gone (killed and reaped): nothing answers at
+	// its PID any more.
+	testutil.Poll(t, 5*time.Second, "the killed member's process gone", func() bool {
+		return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+	})
 	l, err := c.WaitLeader(ctx)
 	if err != nil || l == 2 {
 		t.Fatalf("after killing the leader: leader %d, %v", l, err)

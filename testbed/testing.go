@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/oproute/oproute/internal/testutil"
 )
 
 // StartEtcdT starts a cluster for a test, fails the test if it cannot, and
@@ -19,6 +21,7 @@ func StartEtcdT(tb testing.TB, opts EtcdOptions) *EtcdCluster {
 func StartZKT(tb interface {
 	Helper()
 	Fatal(...any)
+	Skip(...any)
 	Cleanup(func())
 }, opts ZKOptions) *ZKCluster {
 	tb.Helper()
@@ -26,13 +29,21 @@ func StartZKT(tb interface {
 }
 
 // startT starts a cluster within two minutes for a test, fails the test if
-// it cannot, and closes the cluster when the test ends.
+// it cannot, and closes the cluster when the test ends. In the quick tier
+// (go test -short) it skips the test instead.
 func startT[C interface{ Close() error }](tb interface {
 	Helper()
 	Fatal(...any)
+	Skip(...any)
 	Cleanup(func())
 }, start func(context.Context) (C, error)) C {
 	tb.Helper()
+	testutil.NeedsServers(tb)
+	// The member binary first, under its own bound: a cold build must not
+	// eat the cluster's start timeout.
+	if _, err := memberBinary(context.Background(), ""); err != nil {
+		tb.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := start(ctx)

@@ -7,8 +7,13 @@ import (
 
 	"github.com/oproute/oproute/backends/etcd/etcdtest"
 	"github.com/oproute/oproute/conformance"
+
+	"github.com/oproute/oproute/internal/testutil"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testutil.MainSkippingExamplesInQuickTier()
+	goleak.VerifyTestMain(m)
+}
 
 func TestConformance(t *testing.T) { conformance.Run(t, etcdtest.Harness{}) }

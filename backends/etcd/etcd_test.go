@@ -248,6 +248,7 @@ func TestWholeAPIThroughRouter(t *testing.T) {
 }
 
 func TestTLSReachesProbes(t *testing.T) {
+	testutil.NeedsServers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := testbed.StartEtcd(ctx, testbed.EtcdOptions{Topology: testbed.FlatTopology(3), ClientTLS: true})

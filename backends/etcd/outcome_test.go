@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/oproute/oproute/router"
+
+	"github.com/oproute/oproute/internal/testutil"
 )
 
 // etcdServerErrors are the server errors rpctypes defines, by name, with
@@ -122,7 +124,7 @@ func rpctypesServerErrorNames(t *testing.T) []string {
 	t.Helper()
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "go.etcd.io/etcd/api/v3").Output()
 	if err != nil {
-		t.Skipf("cannot locate go.etcd.io/etcd/api/v3 (go list: %v): not checking that every rpctypes error is classified", err)
+		testutil.Skip(t, fmt.Sprintf("cannot locate go.etcd.io/etcd/api/v3 (go list: %v): not checking that every rpctypes error is classified", err))
 	}
 	file := filepath.Join(strings.TrimSpace(string(out)), "v3rpc", "rpctypes", "error.go")
 	f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)

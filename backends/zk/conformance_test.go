@@ -11,7 +11,10 @@ import (
 	"github.com/oproute/oproute/internal/testutil"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testutil.MainSkippingExamplesInQuickTier()
+	goleak.VerifyTestMain(m)
+}
 
 func TestConformance(t *testing.T) { conformance.Run(t, zktest.Harness{}) }
 

@@ -13,18 +13,26 @@ import (
 )
 
 // Example is the README's ZooKeeper snippet, run against a throw-away
-// 3-server ensemble on loopback.
+// 3-server ensemble on loopback. It returns its errors rather than
+// exiting, so that its deferred Closes always run.
 func Example() {
+	if err := exampleZK(); err != nil {
+		fmt.Println(err)
+	}
+	// Output: ready
+}
+
+func exampleZK() error {
 	ensemble, err := testbed.StartZK(context.Background(), testbed.ZKOptions{})
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer ensemble.Close()
 	servers := ensemble.Endpoints()
 
 	conn, events, err := ozk.Connect(servers, 10*time.Second, ozk.WithLogger(quiet{}))
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer conn.Close()
 	go func() {
@@ -37,16 +45,16 @@ func Example() {
 
 	acl := zk.WorldACL(zk.PermAll)
 	if _, err := conn.Create("/app", nil, 0, acl); err != nil && err != zk.ErrNodeExists { // to the leader
-		log.Fatal(err)
+		return err
 	}
 	node, err := conn.Create("/app/member-", []byte("ready"), zk.FlagEphemeralSequential, acl) // on the primary session
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	data, _, err := conn.Get(node) // sync + read, spread over the healthy servers
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	fmt.Println(string(data))
-	// Output: ready
+	return nil
 }

@@ -6,6 +6,7 @@ package etcdtest
 
 import (
 	"context"
+	"errors"
 	"io"
 	"testing"
 	"time"
@@ -13,6 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/oproute/oproute/backends/etcd"
 	"github.com/oproute/oproute/conformance"
@@ -25,6 +28,7 @@ import (
 var (
 	_ conformance.Harness           = Harness{}
 	_ conformance.TopologyHarness   = Harness{}
+	_ conformance.ClosedErrorer     = (*Client)(nil)
 	_ conformance.Cluster           = Cluster{}
 	_ conformance.MembershipCluster = Cluster{}
 	_ conformance.Client            = (*Client)(nil)
@@ -177,3 +181,10 @@ func (c *Client) Snapshot(ctx context.Context, member int) error {
 
 // Close closes the client.
 func (c *Client) Close() error { return c.Client.Close() }
+
+// IsClosed implements conformance.ClosedErrorer: after Close, clientv3's
+// calls fail with gRPC's codes.Canceled (the connection is closing) or the
+// client's cancelled context.
+func (c *Client) IsClosed(err error) bool {
+	return status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled)
+}
