@@ -61,11 +61,39 @@ func TestConcurrentPickAndProbe(t *testing.T) {
 					t.Error(err)
 					return
 				}
+				if p.Index < 0 || p.Index >= 3 {
+					t.Errorf("picked index %d of 3 members", p.Index)
+				}
 				p.Done(OK)
 			}
 		})
 	}
+	// The invariants hold throughout, while probe rounds rebuild the view
+	// under the picks.
+	checked := 0
+	stop := make(chan struct{})
+	checker := make(chan struct{})
+	go func() {
+		defer close(checker)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := r.checkInvariants(); err != nil {
+				t.Error(err)
+				return
+			}
+			checked++
+		}
+	}()
 	wg.Wait()
+	close(stop)
+	<-checker
+	if checked == 0 {
+		t.Fatal("the invariants were never checked while the picks ran")
+	}
 	var total uint64
 	for _, m := range r.Stats().Members {
 		for _, n := range m.Ops {

@@ -102,6 +102,9 @@ func TestSetMembersUnderLoad(t *testing.T) {
 			t.Error(err)
 			return false
 		}
+		if _, ok := tr.Member(p.Index); !ok && p.Index >= len(tr.roster().members) {
+			t.Errorf("picked index %d, outside the roster", p.Index)
+		}
 		p.Done(OK)
 		return true
 	})
@@ -112,6 +115,11 @@ func TestSetMembersUnderLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 		tr.probeRound()
+		// After the round the view holds the new set: the invariants, and
+		// no retired member in the read pool or as the leader.
+		if err := tr.checkInvariants(); err != nil {
+			t.Fatalf("after SetMembers(%v) and a round: %v", set, err)
+		}
 	}
 }
 

@@ -9,15 +9,18 @@ import (
 )
 
 // StartEtcdT starts a cluster for a test, fails the test if it cannot, and
-// closes it when the test ends.
+// closes it when the test ends. In the quick tier (go test -short) it skips
+// the test instead.
 func StartEtcdT(tb testing.TB, opts EtcdOptions) *EtcdCluster {
 	tb.Helper()
+	prepareT(tb)
 	return startT(tb, func(ctx context.Context) (*EtcdCluster, error) { return StartEtcd(ctx, opts) })
 }
 
 // StartZKT starts an ensemble for a test, fails the test if it cannot, and
 // closes it when the test ends; when the test failed, its log first shows
-// each server's last 20 ERROR lines.
+// each server's last 20 ERROR lines. In the quick tier (go test -short) it
+// skips the test instead.
 func StartZKT(tb interface {
 	Helper()
 	Fatal(...any)
@@ -25,25 +28,18 @@ func StartZKT(tb interface {
 	Cleanup(func())
 }, opts ZKOptions) *ZKCluster {
 	tb.Helper()
+	prepareT(tb)
 	return startT(tb, func(ctx context.Context) (*ZKCluster, error) { return StartZK(ctx, opts) })
 }
 
 // startT starts a cluster within two minutes for a test, fails the test if
-// it cannot, and closes the cluster when the test ends. In the quick tier
-// (go test -short) it skips the test instead.
+// it cannot, and closes the cluster when the test ends.
 func startT[C interface{ Close() error }](tb interface {
 	Helper()
 	Fatal(...any)
-	Skip(...any)
 	Cleanup(func())
 }, start func(context.Context) (C, error)) C {
 	tb.Helper()
-	testutil.NeedsServers(tb)
-	// The member binary first, under its own bound: a cold build must not
-	// eat the cluster's start timeout.
-	if _, err := memberBinary(context.Background(), ""); err != nil {
-		tb.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := start(ctx)
@@ -66,4 +62,19 @@ func startT[C interface{ Close() error }](tb interface {
 type failedLogger interface {
 	Failed() bool
 	Logf(format string, args ...any)
+}
+
+// prepareT skips tb in the quick tier, and otherwise builds the member
+// binary before a cluster's start timeout begins: a cold build takes
+// minutes and must not eat it.
+func prepareT(tb interface {
+	Helper()
+	Fatal(...any)
+	Skip(...any)
+}) {
+	tb.Helper()
+	testutil.NeedsServers(tb)
+	if _, err := memberBinary(context.Background(), ""); err != nil {
+		tb.Fatal(err)
+	}
 }
