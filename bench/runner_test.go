@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -21,7 +22,11 @@ import (
 	"github.com/oproute/oproute/internal/testutil"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	flag.Parse()
+	testbed.CloseAllBeforeTimeout()
+	goleak.VerifyTestMain(m)
+}
 
 func TestFailoverTimes(t *testing.T) {
 	base := time.Unix(1000, 0)

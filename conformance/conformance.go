@@ -162,6 +162,7 @@ func property(t *testing.T, name string, f func(t *testing.T)) {
 			buf := make([]byte, 4<<20)
 			buf = buf[:runtime.Stack(buf, true)]
 			fmt.Fprintf(os.Stderr, "conformance: %s still running after %v; every goroutine:\n%s\n", t.Name(), PropertyBudget, buf)
+			testbed.CloseAll() // the panic runs no Cleanup: nothing of the clusters may outlive it
 			panic(fmt.Sprintf("conformance: %s exceeded its %v budget", t.Name(), PropertyBudget))
 		})
 		defer func() {

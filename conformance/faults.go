@@ -251,12 +251,16 @@ func testLowRateNoFlapping(t *testing.T, h Harness) {
 	st := cli.Stats()
 	// ZooKeeper's mntr counts each session's pings (one every third of the
 	// session timeout) as reads: at 50 reads/s they weigh about as much as
-	// the probe share itself, so the server side is logged, the routed
-	// share asserted.
+	// the probe share itself, so the routed share is held to 1 % and the
+	// server side to 5 %, which a slow member back in the pool (a third of
+	// the reads) or in it half the time still far exceeds.
 	t.Logf("over 40 s at 50 reads/s: %d of %d reads (%.2f%%) routed to the slow member; server side %.2f%% (%+v); back in the pool at %d of 160 samples, ejected %d times in all; %d of %d reads failed",
 		slow1-slow0, all1-all0, 100*share, 100*shares(d, readsOf)[slow], d, flaps, st.Members[slow].Ejections, failed, total)
 	if share > 0.01 {
 		t.Errorf("slow member got %.2f%% of reads at 50 reads/s, want ≤ 1%%", 100*share)
+	}
+	if server := shares(d, readsOf)[slow]; server > 0.05 {
+		t.Errorf("slow member served %.2f%% of reads by its own count at 50 reads/s, want ≤ 5%%: %+v", 100*server, d)
 	}
 	if flaps > 0 {
 		t.Errorf("slow member was back in the pool at %d of 160 samples", flaps)
@@ -387,6 +391,7 @@ type MaintenanceClient interface {
 // testMaintenance: long member-local calls (defragment, snapshot) are no
 // latency samples: the member stays in the pool.
 func testMaintenance(t *testing.T, h Harness) {
+	skipWithout[MaintenanceClient](t, h, "backend has no maintenance calls")
 	_, cli, leader := hybridSetup(t, h)
 	mc, ok := cli.(MaintenanceClient)
 	if !ok {

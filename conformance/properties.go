@@ -22,7 +22,25 @@ func connect(t *testing.T, h Harness, endpoints []string, policy string) Client 
 		t.Fatalf("connect %s: %v", policy, err)
 	}
 	t.Cleanup(func() { cli.Close() })
+	seenClients.Store(fmt.Sprintf("%T", h), cli)
 	return cli
+}
+
+// seenClients holds a client each harness (by type) has connected, so that
+// a property can see a capability its backend lacks before it starts a
+// cluster for nothing (the first property connects one).
+var seenClients sync.Map
+
+// skipWithout skips t, before any cluster starts, when h's clients are
+// known not to implement C; it does nothing until h has connected one
+// (the property then checks the client it connects itself).
+func skipWithout[C any](t *testing.T, h Harness, reason string) {
+	t.Helper()
+	if cli, ok := seenClients.Load(fmt.Sprintf("%T", h)); ok {
+		if _, has := cli.(C); !has {
+			testutil.Skip(t, reason)
+		}
+	}
 }
 
 // knownLeader returns c's leader once cli's router has learned it.
@@ -139,6 +157,7 @@ func testHybridRouting(t *testing.T, h Harness) {
 }
 
 func testTxn(t *testing.T, h Harness) {
+	skipWithout[TxnClient](t, h, "backend has no transactions")
 	c := h.NewCluster(t, 3)
 	cli := connect(t, h, c.Endpoints(), router.Hybrid)
 	tc, ok := cli.(TxnClient)

@@ -50,6 +50,7 @@ func sessionClient(t *testing.T, cli Client) SessionClient {
 // testEphemeralSurvives: an ephemeral key outlives a leader change, owned by
 // the same session.
 func testEphemeralSurvives(t *testing.T, h Harness) {
+	skipWithout[SessionClient](t, h, "backend has no client sessions")
 	c := h.NewCluster(t, 3)
 	sc := sessionClient(t, connect(t, h, c.Endpoints(), router.Hybrid))
 	ctx := context.Background()
@@ -83,6 +84,7 @@ func testEphemeralSurvives(t *testing.T, h Harness) {
 // testWatchAfterLoss: a watch set through a member fires for a change made
 // after that member died (the session moved and carried the watch along).
 func testWatchAfterLoss(t *testing.T, h Harness) {
+	skipWithout[SessionClient](t, h, "backend has no client sessions")
 	c := h.NewCluster(t, 3)
 	cli := connect(t, h, c.Endpoints(), router.Hybrid)
 	sc := sessionClient(t, cli)
@@ -116,6 +118,7 @@ func testWatchAfterLoss(t *testing.T, h Harness) {
 // links cut past the session timeout), the client reports it once it can
 // hear the cluster again, and its ephemerals are gone.
 func testExpiry(t *testing.T, h Harness) {
+	skipWithout[SessionClient](t, h, "backend has no client sessions")
 	c := h.NewCluster(t, 3)
 	cut, ok := c.(ClientCutter)
 	if !ok {

@@ -76,6 +76,7 @@ func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 	defer cancel()
 
 	c := &EtcdCluster{topo: opts.Topology, token: fmt.Sprintf("oproute-%d", rand.Uint64()), admins: map[int]*clientv3.Client{}}
+	track(c)
 	c.net = &netState{Topo: opts.Topology, Extra: make([]linkExtra, len(opts.Topology.Zones)), IDs: map[string]int{}}
 	c.cpu = memberLimits{budgets: opts.CPUBudgets, initial: len(opts.Topology.Zones), prefix: "oproute-" + c.token}
 	defer func() {
@@ -252,6 +253,7 @@ func (c *EtcdCluster) Close() error {
 	if !c.beginClose() {
 		return nil
 	}
+	untrack(c)
 	c.mu.Lock() // after beginClose: admin() adds no client once this holds
 	admins := c.admins
 	c.admins = nil

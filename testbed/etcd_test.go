@@ -3,6 +3,7 @@ package testbed_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"syscall"
 	"testing"
@@ -16,7 +17,11 @@ import (
 	"github.com/oproute/oproute/testbed"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	flag.Parse()
+	testbed.CloseAllBeforeTimeout()
+	goleak.VerifyTestMain(m)
+}
 
 func startCluster(t *testing.T, topo testbed.Topology) *testbed.EtcdCluster {
 	return testbed.StartEtcdT(t, testbed.EtcdOptions{Topology: topo})

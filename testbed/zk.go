@@ -146,6 +146,7 @@ func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
 
 	n := len(opts.Topology.Zones)
 	c := &ZKCluster{topo: opts.Topology, opts: opts}
+	track(c)
 	ids := map[string]int{}
 	for i := range n {
 		ids[strconv.Itoa(i)] = i
@@ -430,6 +431,7 @@ func (c *ZKCluster) Close() error {
 	if !c.beginClose() {
 		return nil
 	}
+	untrack(c)
 	return c.closeNodes()
 }
 

@@ -9,10 +9,12 @@ import (
 	"github.com/oproute/oproute/conformance"
 
 	"github.com/oproute/oproute/internal/testutil"
+	"github.com/oproute/oproute/testbed"
 )
 
 func TestMain(m *testing.M) {
 	testutil.MainSkippingExamplesInQuickTier()
+	testbed.CloseAllBeforeTimeout()
 	goleak.VerifyTestMain(m)
 }
 
