@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -14,19 +13,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/testbed"
 
 	"github.com/oproute/oproute/internal/testutil"
 )
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	testbed.CloseAllBeforeTimeout()
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { testbed.Main(m) }
 
 func TestFailoverTimes(t *testing.T) {
 	base := time.Unix(1000, 0)

@@ -3,25 +3,19 @@ package testbed_test
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"syscall"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/testbed"
 )
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	testbed.CloseAllBeforeTimeout()
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { testbed.Main(m) }
 
 func startCluster(t *testing.T, topo testbed.Topology) *testbed.EtcdCluster {
 	return testbed.StartEtcdT(t, testbed.EtcdOptions{Topology: topo})

@@ -4,7 +4,12 @@ import (
 	"flag"
 	"io"
 	"sync"
+	"testing"
 	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/oproute/oproute/internal/testutil"
 )
 
 // open holds the clusters started and not yet closed, so that a test binary
@@ -57,4 +62,14 @@ func CloseAllBeforeTimeout() {
 		return
 	}
 	time.AfterFunc(d-30*time.Second, CloseAll)
+}
+
+// Main is the TestMain of a package whose tests start clusters: in the
+// quick tier its examples are skipped (they start servers and cannot skip
+// themselves), clusters are closed before go test's -timeout, and no
+// goroutine may be left when the tests end (goleak).
+func Main(m *testing.M) {
+	testutil.MainSkippingExamplesInQuickTier()
+	CloseAllBeforeTimeout()
+	goleak.VerifyTestMain(m)
 }

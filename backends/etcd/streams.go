@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/oproute/oproute/internal/liveness"
 	"github.com/oproute/oproute/router"
 )
 
@@ -58,16 +59,13 @@ type trackedStream struct {
 	answered  atomic.Uint64
 	watching  atomic.Bool // a check of the answers is armed
 
-	// A watch stream's liveness check (see quietCheck).
+	// A watch stream's liveness check (see watchQuietAfter).
 	watch        bool
+	live         *liveness.Check
 	sendMu       sync.Mutex   // SendMsg is not safe from two goroutines: clientv3's and the check's
-	lastRecv     atomic.Int64 // when the stream last received a message (UnixNano)
-	pingSent     atomic.Int64 // when the check's last progress request was sent (UnixNano), 0 once anything arrived after it
-	lastAsked    atomic.Int64 // when the check last sent one (UnixNano)
 	owed         atomic.Int64 // the check's progress requests not yet answered
 	userProgress atomic.Int64 // the caller's own progress requests not yet answered
 	answers      atomic.Bool  // a progress request was answered since the last watcher was created
-	misses       atomic.Int32 // progress requests in a row left unanswered
 }
 
 // keepAliveAnswerWithin is how long a keep-alive may go unanswered before
@@ -152,11 +150,13 @@ func (ss *streams) intercept(ctx context.Context, desc *grpc.StreamDesc, cc *grp
 	})
 	ms := &movableStream{ClientStream: cs, ts: ts, ss: ss}
 	if ts.watch {
-		ts.lastRecv.Store(time.Now().UnixNano())
-		check := time.AfterFunc(watchQuietMax, ms.quietCheck)
-		ms.check.Store(check) // before the timer can first fire: Reset below
-		check.Reset(watchQuietAfter)
-		context.AfterFunc(sctx, func() { check.Stop() })
+		ts.live = liveness.Start(liveness.Config{
+			QuietAfter: watchQuietAfter, AnswerWithin: watchAnswerWithin, QuietMax: watchQuietMax,
+			Ask:    ms.askProgress,
+			Missed: func() { ss.missed(ts) },
+			Over:   func() bool { return sctx.Err() != nil },
+		})
+		context.AfterFunc(sctx, ts.live.Stop)
 	}
 	return ms, nil
 }
@@ -209,9 +209,8 @@ func (ss *streams) moveOff() {
 // (which clientv3 would take for the caller's own cancel and give up).
 type movableStream struct {
 	grpc.ClientStream
-	ts    *trackedStream
-	ss    *streams
-	check atomic.Pointer[time.Timer] // a watch stream's quietCheck
+	ts *trackedStream
+	ss *streams
 }
 
 // SendMsg arms, for a keep-alive, a check that it is answered in time: a
@@ -283,9 +282,7 @@ func (s *movableStream) RecvMsg(m any) error {
 // answers look alike: the caller's outstanding requests take them first.
 func (s *movableStream) ownProgress(m any) bool {
 	ts := s.ts
-	ts.lastRecv.Store(time.Now().UnixNano())
-	ts.pingSent.Store(0)
-	ts.misses.Store(0)
+	ts.live.Heard()
 	resp, ok := m.(*pb.WatchResponse)
 	if !ok || resp.GetWatchId() != clientv3.InvalidWatchID || len(resp.GetEvents()) > 0 || resp.GetCreated() || resp.GetCanceled() || resp.GetCompactRevision() != 0 {
 		return false
@@ -307,55 +304,27 @@ func takeOne(n *atomic.Int64) bool {
 	}
 }
 
-// quietCheck runs on a watch stream's timer: it asks a stream silent for
-// watchQuietAfter (doubled per miss, up to watchQuietMax) for its progress,
-// and when nothing is back within watchAnswerWithin reports the member to
-// the router (Unanswered), at once if the stream has answered since its
-// last watcher was created, else if a probe of the member fails too. It
-// rearms itself until the stream ends.
-func (s *movableStream) quietCheck() {
-	ts := s.ts
-	if s.Context().Err() != nil {
+// askProgress is the liveness check's request: a progress request of its
+// own on the stream.
+func (s *movableStream) askProgress() error {
+	s.ts.owed.Add(1)
+	s.ts.sendMu.Lock()
+	defer s.ts.sendMu.Unlock()
+	return s.ClientStream.SendMsg(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}})
+}
+
+// missed reports a progress request left unanswered on ts: to the router
+// (Unanswered) at once if the stream has answered since its last watcher
+// was created, else if a probe of the member fails too.
+func (ss *streams) missed(ts *trackedStream) {
+	m := int(ts.member.Load())
+	if !ts.answers.Load() {
+		go ss.confirm(m)
 		return
 	}
-	now := time.Now()
-	last := time.Unix(0, ts.lastRecv.Load())
-	if sent := ts.pingSent.Load(); sent != 0 {
-		if due := time.Unix(0, sent).Add(watchAnswerWithin); now.Before(due) {
-			s.check.Load().Reset(due.Sub(now))
-			return
-		}
-		if ts.pingSent.CompareAndSwap(sent, 0) {
-			ts.misses.Add(1)
-			if m := int(ts.member.Load()); ts.answers.Load() {
-				if r := s.ss.r(); r != nil {
-					r.Unanswered(m)
-				}
-			} else {
-				go s.ss.confirm(m)
-			}
-		}
+	if r := ss.r(); r != nil {
+		r.Unanswered(m)
 	}
-	// The wait runs from the last message or the last request, whichever
-	// is later: after a miss it doubles from the request that missed.
-	quiet := min(watchQuietAfter<<min(ts.misses.Load(), 5), watchQuietMax)
-	if asked := time.Unix(0, ts.lastAsked.Load()); asked.After(last) {
-		last = asked
-	}
-	if due := last.Add(quiet); now.Before(due) {
-		s.check.Load().Reset(due.Sub(now))
-		return
-	}
-	ts.pingSent.Store(now.UnixNano())
-	ts.lastAsked.Store(now.UnixNano())
-	ts.owed.Add(1)
-	ts.sendMu.Lock()
-	err := s.ClientStream.SendMsg(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}})
-	ts.sendMu.Unlock()
-	if err != nil {
-		return // the stream is over; its caller sees why
-	}
-	s.check.Load().Reset(watchAnswerWithin)
 }
 
 // confirm probes member m after a miss on a stream that may not answer

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/go-zookeeper/zk"
-	"go.uber.org/goleak"
 
 	"github.com/oproute/oproute/backends/zk/zktest"
 	"github.com/oproute/oproute/conformance"
@@ -12,11 +11,7 @@ import (
 	"github.com/oproute/oproute/testbed"
 )
 
-func TestMain(m *testing.M) {
-	testutil.MainSkippingExamplesInQuickTier()
-	testbed.CloseAllBeforeTimeout()
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { testbed.Main(m) }
 
 func TestConformance(t *testing.T) { conformance.Run(t, zktest.Harness{}) }
 

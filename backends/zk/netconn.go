@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/oproute/oproute/internal/liveness"
 )
 
 // ZooKeeper opcodes the connection wrapper looks for in request headers.
@@ -32,19 +34,6 @@ const (
 	liveQuietMax     = 12 * time.Second
 )
 
-// liveness is a connection's silence check (see liveQuietAfter).
-type liveness struct {
-	writeMu  sync.Mutex // one writer at a time: go-zookeeper's send loop, or a ping
-	lastRead atomic.Int64
-	pingSent atomic.Int64 // UnixNano; 0 when no ping is outstanding
-	lastPing atomic.Int64 // UnixNano of the last ping sent
-	misses   atomic.Int32
-	closed   atomic.Bool
-	timer    atomic.Pointer[time.Timer]
-	wanted   func() bool // the session may hold watches, which a silent server would strand
-	onSilent func()      // a ping went unanswered
-}
-
 // cappedConn is the TCP connection go-zookeeper gets for a session. It
 // caps the handshake's read deadline, reports a failed write once, and
 // holds early replies back after a reconnect (replyHold).
@@ -63,60 +52,33 @@ type cappedConn struct {
 	handshakeDone *atomic.Bool
 	writeFailed   *atomic.Bool // a write failed: see Write
 	hold          *replyHold
-	live          *liveness // nil: no silence check
+	writeMu       *sync.Mutex     // one writer at a time: go-zookeeper's send loop, or a ping
+	live          *liveness.Check // nil: no silence check
 }
 
-func newCappedConn(conn net.Conn, max time.Duration, watching bool, live *liveness) cappedConn {
-	c := cappedConn{conn, max, new(atomic.Bool), new(atomic.Bool), &replyHold{armed: watching, released: make(chan struct{})}, live}
-	if live != nil {
-		live.lastRead.Store(time.Now().UnixNano())
-		t := time.AfterFunc(liveQuietMax, c.checkSilence)
-		live.timer.Store(t) // before the timer can first fire: Reset below
-		t.Reset(liveQuietAfter)
+// newCappedConn wraps conn; with onSilent, it checks the connection for
+// silence while wanted says the session may hold watches (see
+// liveQuietAfter) and calls onSilent on a ping left unanswered.
+func newCappedConn(conn net.Conn, max time.Duration, watching bool, wanted func() bool, onSilent func()) cappedConn {
+	c := cappedConn{conn, max, new(atomic.Bool), new(atomic.Bool), &replyHold{armed: watching, released: make(chan struct{})}, new(sync.Mutex), nil}
+	if onSilent == nil {
+		return c
 	}
+	c.live = liveness.Start(liveness.Config{
+		QuietAfter: liveQuietAfter, AnswerWithin: liveAnswerWithin, QuietMax: liveQuietMax,
+		Ask: func() error {
+			c.writeMu.Lock()
+			defer c.writeMu.Unlock()
+			_, err := c.Conn.Write(pingFrame)
+			return err
+		},
+		Missed: onSilent,
+		// Only once go-zookeeper's receive loop reads: it starts after a
+		// session was established (a connection whose handshake said
+		// "expired" is never read again, and fails on its next write).
+		Ready: func() bool { return c.hold.recvStarted.Load() && wanted() },
+	})
 	return c
-}
-
-// checkSilence runs on the liveness timer: it pings a connection silent
-// for liveQuietAfter (doubled per miss, up to liveQuietMax) once the
-// session is established, and reports one whose ping brought no byte back
-// within liveAnswerWithin. It rearms itself until the connection closes.
-func (c cappedConn) checkSilence() {
-	l := c.live
-	if l.closed.Load() {
-		return
-	}
-	now := time.Now()
-	if sent := l.pingSent.Load(); sent != 0 {
-		if due := time.Unix(0, sent).Add(liveAnswerWithin); now.Before(due) {
-			l.timer.Load().Reset(due.Sub(now))
-			return
-		}
-		if l.pingSent.CompareAndSwap(sent, 0) {
-			l.misses.Add(1)
-			l.onSilent()
-		}
-	}
-	// The wait runs from the last byte read or the last ping, whichever is
-	// later: after a miss it doubles from the ping that missed.
-	quiet := min(liveQuietAfter<<min(l.misses.Load(), 5), liveQuietMax)
-	last := max(l.lastRead.Load(), l.lastPing.Load())
-	// Only once go-zookeeper's receive loop reads (it starts after a session
-	// was established: a connection whose handshake said "expired" is
-	// never read again, and left to fail on its next write).
-	if due := time.Unix(0, last).Add(quiet); now.Before(due) || !c.hold.recvStarted.Load() || !l.wanted() {
-		l.timer.Load().Reset(max(due.Sub(now), liveQuietAfter/4))
-		return
-	}
-	l.pingSent.Store(now.UnixNano())
-	l.lastPing.Store(now.UnixNano())
-	l.writeMu.Lock()
-	_, err := c.Conn.Write(pingFrame)
-	l.writeMu.Unlock()
-	if err != nil {
-		return // the connection is over; go-zookeeper sees why
-	}
-	l.timer.Load().Reset(liveAnswerWithin)
 }
 
 // Write reports a failed write as written and closes the connection, so
@@ -145,10 +107,8 @@ func (c cappedConn) Write(b []byte) (int, error) {
 	if c.writeFailed.Load() {
 		return 0, net.ErrClosed
 	}
-	if c.live != nil {
-		c.live.writeMu.Lock()
-		defer c.live.writeMu.Unlock()
-	}
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
 	if _, err := c.Conn.Write(b); err != nil {
 		c.writeFailed.Store(true)
 		c.Conn.Close()
@@ -173,12 +133,10 @@ func (c cappedConn) Read(b []byte) (int, error) {
 	n, err := c.read(b)
 	if c.live != nil {
 		if n > 0 {
-			c.live.lastRead.Store(time.Now().UnixNano())
-			c.live.pingSent.Store(0)
-			c.live.misses.Store(0)
+			c.live.Heard()
 		}
-		if err != nil && !c.live.closed.Swap(true) {
-			c.live.timer.Load().Stop() // the connection is over
+		if err != nil {
+			c.live.Stop() // the connection is over
 		}
 	}
 	return n, err
@@ -200,8 +158,8 @@ func (c cappedConn) read(b []byte) (int, error) {
 }
 
 func (c cappedConn) Close() error {
-	if c.live != nil && !c.live.closed.Swap(true) {
-		c.live.timer.Load().Stop()
+	if c.live != nil {
+		c.live.Stop()
 	}
 	c.hold.release()
 	return c.Conn.Close()

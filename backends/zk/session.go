@@ -261,11 +261,9 @@ func (s *session) dial(network, addr string, timeout time.Duration) (net.Conn, e
 	if !known {
 		idx = -1 // a server no longer in the list: no member to report
 	}
-	live := &liveness{
-		wanted:   s.watching.Load,                  // a silent server strands a session's watches; the rest fail calls, which the router sees
-		onSilent: func() { s.c.r.Unanswered(idx) }, // the router exists before any session
-	}
-	return newCappedConn(conn, max(s.c.sessionTimeout, 2*time.Second), s.watching.Load(), live), nil
+	// A silent server strands a session's watches (the rest fail calls,
+	// which the router sees); the router exists before any session.
+	return newCappedConn(conn, max(s.c.sessionTimeout, 2*time.Second), s.watching.Load(), s.watching.Load, func() { s.c.r.Unanswered(idx) }), nil
 }
 
 // close ends the session (its server left the Conn) after the calls in
