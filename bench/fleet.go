@@ -357,8 +357,9 @@ func (fc FleetCase) window() time.Duration {
 }
 
 // DefaultFleetCases are the fleet scenario's rows: idle fleets of 100 and
-// 500, 100 idle clients each holding streams, 100 clients writing once a second, and 50 clients writing twice a
-// second through a leader kill and through a leader move.
+// 500, 100 idle clients each holding streams, 100 clients writing once a
+// second, and 50 clients writing twice a second through a leader kill and
+// through a leader move.
 func DefaultFleetCases() []FleetCase {
 	return []FleetCase{
 		{Name: "idle-100", Clients: 100},

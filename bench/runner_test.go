@@ -13,10 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/testbed"
-
-	"github.com/oproute/oproute/internal/testutil"
 )
 
 func TestMain(m *testing.M) { testbed.Main(m) }

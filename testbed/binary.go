@@ -51,7 +51,7 @@ func workDir(dir, prefix string) (_ string, own bool, err error) {
 // several-fold and skew every timing). The build runs once per process
 // under its own bound (memberBuildTimeout; a cold build takes minutes on
 // two cores), not ctx's deadline, which is a cluster's start timeout: call
-// it before that clock starts (startT does). A failed build is not kept:
+// it before that clock starts (StartEtcdT and StartZKT do). A failed build is not kept:
 // the next cluster tries again.
 func memberBinary(ctx context.Context, dir string) (string, error) {
 	if bin := os.Getenv("OPROUTE_ETCD_MEMBER_BIN"); bin != "" {

@@ -28,14 +28,9 @@ import (
 // puts the new stream on a member that serves.
 //
 // A member that stops answering while the client sends it nothing new (a
-// frozen process keeps its TCP connections open, so nothing fails) is
-// noticed from the streams themselves, whatever the probe cadence: a watch
-// stream that has received nothing for watchQuietAfter is asked for its
-// progress (etcd's RequestProgress, answered from the member's memory), and
-// one left unanswered for watchAnswerWithin counts as a failed probe of the
-// member, on which the router probes at once; a keep-alive unanswered for
-// keepAliveAnswerWithin makes it probe too. The probes then judge the
-// member: one that fails them is unreachable and its streams move.
+// frozen process fails nothing) is noticed from the streams themselves: a
+// silent watch stream is asked for its progress (see watchQuietAfter), a
+// keep-alive must be answered (keepAliveAnswerWithin).
 type streams struct {
 	r     func() *router.Router
 	probe func(ctx context.Context, m router.Member) error // the client's probe of one member

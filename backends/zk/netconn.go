@@ -52,7 +52,7 @@ type cappedConn struct {
 	handshakeDone *atomic.Bool
 	writeFailed   *atomic.Bool // a write failed: see Write
 	hold          *replyHold
-	writeMu       *sync.Mutex     // one writer at a time: go-zookeeper's send loop, or a ping
+	writeMu       *sync.Mutex     // one writer at a time: go-zookeeper's send loop, or a ping; nil without a silence check
 	live          *liveness.Check // nil: no silence check
 }
 
@@ -60,10 +60,11 @@ type cappedConn struct {
 // silence while wanted says the session may hold watches (see
 // liveQuietAfter) and calls onSilent on a ping left unanswered.
 func newCappedConn(conn net.Conn, max time.Duration, watching bool, wanted func() bool, onSilent func()) cappedConn {
-	c := cappedConn{conn, max, new(atomic.Bool), new(atomic.Bool), &replyHold{armed: watching, released: make(chan struct{})}, new(sync.Mutex), nil}
+	c := cappedConn{conn, max, new(atomic.Bool), new(atomic.Bool), &replyHold{armed: watching, released: make(chan struct{})}, nil, nil}
 	if onSilent == nil {
 		return c
 	}
+	c.writeMu = new(sync.Mutex)
 	c.live = liveness.Start(liveness.Config{
 		QuietAfter: liveQuietAfter, AnswerWithin: liveAnswerWithin, QuietMax: liveQuietMax,
 		Ask: func() error {
@@ -107,8 +108,10 @@ func (c cappedConn) Write(b []byte) (int, error) {
 	if c.writeFailed.Load() {
 		return 0, net.ErrClosed
 	}
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
+	if c.writeMu != nil {
+		c.writeMu.Lock()
+		defer c.writeMu.Unlock()
+	}
 	if _, err := c.Conn.Write(b); err != nil {
 		c.writeFailed.Store(true)
 		c.Conn.Close()

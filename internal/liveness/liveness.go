@@ -41,9 +41,10 @@ type Config struct {
 
 // Check is one connection's or stream's silence check.
 type Check struct {
-	cfg     Config
-	heard   atomic.Int64 // when anything was last heard (UnixNano)
-	sent    atomic.Int64 // when the outstanding request was sent (UnixNano); 0 once anything was heard after it
+	cfg   Config
+	heard atomic.Int64 // when anything was last heard (UnixNano): Heard's one store
+	// The timer's own state (its runs follow one another).
+	sent    atomic.Int64 // when the outstanding request was sent (UnixNano); 0 if none
 	asked   atomic.Int64 // when the last request was sent (UnixNano)
 	misses  atomic.Int32 // requests in a row left unanswered
 	stopped atomic.Bool
@@ -61,12 +62,10 @@ func Start(cfg Config) *Check {
 	return c
 }
 
-// Heard notes that something arrived: the other side is alive.
-func (c *Check) Heard() {
-	c.heard.Store(time.Now().UnixNano())
-	c.sent.Store(0)
-	c.misses.Store(0)
-}
+// Heard notes that something arrived: the other side is alive. It is on
+// the receiving path, so it only notes the time; the timer draws the rest
+// from it.
+func (c *Check) Heard() { c.heard.Store(time.Now().UnixNano()) }
 
 // Stop ends the check. It is idempotent.
 func (c *Check) Stop() {
@@ -82,19 +81,22 @@ func (c *Check) run() {
 	if c.stopped.Load() || (c.cfg.Over != nil && c.cfg.Over()) {
 		return
 	}
-	now := time.Now()
+	now, heard := time.Now(), c.heard.Load()
+	if heard > c.asked.Load() {
+		c.sent.Store(0) // answered (or something else arrived): the peer is alive
+		c.misses.Store(0)
+	}
 	if sent := c.sent.Load(); sent != 0 {
 		if due := time.Unix(0, sent).Add(c.cfg.AnswerWithin); now.Before(due) {
 			c.timer.Load().Reset(due.Sub(now))
 			return
 		}
-		if c.sent.CompareAndSwap(sent, 0) {
-			c.misses.Add(1)
-			c.cfg.Missed()
-		}
+		c.sent.Store(0)
+		c.misses.Add(1)
+		c.cfg.Missed()
 	}
 	quiet := min(c.cfg.QuietAfter<<min(c.misses.Load(), 5), c.cfg.QuietMax)
-	due := time.Unix(0, max(c.heard.Load(), c.asked.Load())).Add(quiet)
+	due := time.Unix(0, max(heard, c.asked.Load())).Add(quiet)
 	if now.Before(due) || (c.cfg.Ready != nil && !c.cfg.Ready()) {
 		c.timer.Load().Reset(max(due.Sub(now), c.cfg.QuietAfter/4))
 		return
