@@ -3,7 +3,11 @@
 //
 //	func TestConformance(t *testing.T) { conformance.Run(t, myHarness{}) }
 //
-// Each property is a named subtest on a fresh cluster. Where a count can be
+// Each property is a named subtest. Those that leave the cluster as they
+// found it once healed (faults on links, a member paused and resumed)
+// share one 3-member cluster, healed before each (testbed.Faults.Heal);
+// those that kill a member, move the leader, change the membership or need
+// another topology start their own. Where a count can be
 // read on the server side (etcd's /metrics, ZooKeeper's four-letter words)
 // the suite checks that, not only the router's own counters.
 //
@@ -28,8 +32,8 @@ import (
 type Harness interface {
 	// NewCluster starts a fresh cluster of size members on the default
 	// emulated topology (member 0 leads, from the client's zone). The
-	// harness closes it when t ends.
-	NewCluster(t *testing.T, size int) Cluster
+	// harness closes it when t ends (t's Cleanup).
+	NewCluster(t testing.TB, size int) Cluster
 	// Connect returns a routed client of endpoints with the named policy:
 	// one of router.Policies(), router.HybridHedge or router.HybridP2C
 	// (passed on as the backend's policy). It must fail,
@@ -112,6 +116,7 @@ type ClientCutter interface {
 
 // Run runs every property against h.
 func Run(t *testing.T, h Harness) {
+	share(t, h)
 	property(t, "HybridWritesToLeaderReadsSpread", func(t *testing.T) { testHybridRouting(t, h) })
 	property(t, "TxnClassifiedByContent", func(t *testing.T) { testTxn(t, h) })
 	property(t, "RoundRobinIsStock", func(t *testing.T) { testRoundRobin(t, h) })
@@ -119,15 +124,17 @@ func Run(t *testing.T, h Harness) {
 	property(t, "LeaderKilledUnderLoad", func(t *testing.T) { testLeaderChange(t, h, true) })
 	property(t, "DegradedMemberLeavesAndRejoins", func(t *testing.T) { testDegraded(t, h, router.Hybrid) })
 	property(t, "AllEquallySlowNobodyEjected", func(t *testing.T) { testAllSlow(t, h) })
-	property(t, "Distance/FarFollowerKeptAtLoad", func(t *testing.T) { testFarMemberKept(t, h, testbed.DefaultTopology(3), 60*time.Second) })
-	property(t, "Distance/ThreeZonesKeptAtLoad", func(t *testing.T) { testFarMemberKept(t, h, testbed.ThreeZoneTopology(), 30*time.Second) })
+	property(t, "Distance/FarFollowerKeptAtLoad", func(t *testing.T) { testFarMemberKept(t, h, healed(t, h), farKeptWindow) })
+	property(t, "Distance/ThreeZonesKeptAtLoad", func(t *testing.T) {
+		testFarMemberKept(t, h, clusterOn(t, h, testbed.ThreeZoneTopology()), threeZonesKeptWindow)
+	})
 	property(t, "Distance/DegradedFarFollowerLeaves", func(t *testing.T) { testDegradedFar(t, h) })
 	property(t, "Distance/DegradedBeforeClientStarts", func(t *testing.T) { testStartedDegraded(t, h) })
 	property(t, "Distance/FarFollowerKeptWhenIdle", func(t *testing.T) { testKeptWhenIdle(t, h) })
-	property(t, "LinearizableUnderLeaderChange", func(t *testing.T) { testLinearizable(t, h, router.Hybrid, leaderChangeFault) })
-	property(t, "LinearizableUnderDegradedMember", func(t *testing.T) { testLinearizable(t, h, router.Hybrid, degradedFault) })
+	property(t, "LinearizableUnderLeaderChange", func(t *testing.T) { testLinearizable(t, h, fresh(t, h), router.Hybrid, leaderChangeFault) })
+	property(t, "LinearizableUnderDegradedMember", func(t *testing.T) { testLinearizable(t, h, healed(t, h), router.Hybrid, degradedFault) })
 	// Beyond the paper: hybrid's variants keep its promises.
-	property(t, "Hedging/FirstAnswerNoDuplicateWrite", func(t *testing.T) { testLinearizable(t, h, HybridHedge, stallFault) })
+	property(t, "Hedging/FirstAnswerNoDuplicateWrite", func(t *testing.T) { testLinearizable(t, h, healed(t, h), HybridHedge, stallFault) })
 	property(t, "LoadAware/DegradedMemberLeavesAndRejoins", func(t *testing.T) { testDegraded(t, h, HybridP2C) })
 	property(t, "StickyKeepsOneMember", func(t *testing.T) { testSticky(t, h) })
 	property(t, "EphemeralSurvivesLeaderChange", func(t *testing.T) { testEphemeralSurvives(t, h) })

@@ -80,8 +80,7 @@ var registerModel = porcupine.Model{
 // Under HybridHedge it also checks that hedging ran (some hedged reads won)
 // and never sent a write twice: the writes the members applied, by their
 // own count, are at most the puts the clients issued.
-func testLinearizable(t *testing.T, h Harness, policy string, fault func(t *testing.T, c Cluster, leader int)) {
-	c := h.NewCluster(t, 3)
+func testLinearizable(t *testing.T, h Harness, c Cluster, policy string, fault func(t *testing.T, c Cluster, leader int)) {
 	ctx := context.Background()
 	leader, err := c.Leader(ctx)
 	if err != nil {
@@ -95,6 +94,9 @@ func testLinearizable(t *testing.T, h Harness, policy string, fault func(t *test
 		clis = append(clis, cli)
 	}
 
+	// Keys of this history alone: the model starts each one absent, and
+	// the cluster may be shared with another history's.
+	prefix := fmt.Sprintf("lin%d", time.Now().UnixNano())
 	hist := NewHistory()
 	var puts atomic.Int64
 	stop := make(chan struct{})
@@ -109,7 +111,7 @@ func testLinearizable(t *testing.T, h Harness, policy string, fault func(t *test
 					return
 				default:
 				}
-				key := fmt.Sprintf("lin/k%d", rng.IntN(keys))
+				key := fmt.Sprintf("%s/k%d", prefix, rng.IntN(keys))
 				octx, cancel := context.WithTimeout(ctx, opTimeout)
 				call := hist.Now()
 				if rng.IntN(2) == 0 {

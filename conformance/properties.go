@@ -130,11 +130,17 @@ func run(t *testing.T, n int, op func(ctx context.Context, i int) error) {
 	}
 }
 
-// hybridSetup starts a 3-member cluster and a hybrid client, and waits
+// hybridSetup takes the shared cluster and a hybrid client, and waits
 // until the client knows the leader, whose index it returns.
 func hybridSetup(t *testing.T, h Harness) (Cluster, Client, int) {
 	t.Helper()
-	c := h.NewCluster(t, 3)
+	return hybridOn(t, h, healed(t, h))
+}
+
+// hybridOn connects a hybrid client to c and waits until it knows the
+// leader, whose index it returns.
+func hybridOn(t *testing.T, h Harness, c Cluster) (Cluster, Client, int) {
+	t.Helper()
 	cli := connect(t, h, c.Endpoints(), router.Hybrid)
 	leader := knownLeader(t, cli, c)
 	return c, cli, leader
@@ -158,7 +164,7 @@ func testHybridRouting(t *testing.T, h Harness) {
 
 func testTxn(t *testing.T, h Harness) {
 	skipWithout[TxnClient](t, h, "backend has no transactions")
-	c := h.NewCluster(t, 3)
+	c := healed(t, h)
 	cli := connect(t, h, c.Endpoints(), router.Hybrid)
 	tc, ok := cli.(TxnClient)
 	if !ok {
@@ -178,7 +184,7 @@ func testTxn(t *testing.T, h Harness) {
 }
 
 func testRoundRobin(t *testing.T, h Harness) {
-	c := h.NewCluster(t, 3)
+	c := healed(t, h)
 	cli := connect(t, h, c.Endpoints(), router.RoundRobin)
 	before := servedAll(t, c)
 	run(t, 300, func(ctx context.Context, i int) error { return cli.Put(ctx, fmt.Sprintf("rr/%d", i), "v") })
@@ -201,7 +207,7 @@ const electionBound = 45 * time.Second
 // that writes succeed again within 1 s of a new leader existing, that they
 // then go to it, and that no acknowledged write is lost.
 func testLeaderChange(t *testing.T, h Harness, kill bool) {
-	c := h.NewCluster(t, 3)
+	c := fresh(t, h)
 	cli := connect(t, h, c.Endpoints(), router.Hybrid)
 	ctx := context.Background()
 	old := knownLeader(t, cli, c)
@@ -323,7 +329,7 @@ func windowShare(cli Client, i int, window time.Duration) float64 {
 // members' own counts), writes stay on the leader, and it must come back
 // once healed. policy is hybrid or a variant of it.
 func testDegraded(t *testing.T, h Harness, policy string) {
-	c := h.NewCluster(t, 3)
+	c := healed(t, h)
 	cli := connect(t, h, c.Endpoints(), policy)
 	leader := knownLeader(t, cli, c)
 	slow := (leader + 1) % 3 // the same-zone follower in the default topology
@@ -380,7 +386,7 @@ func healAndRejoin(t *testing.T, c Cluster, cli Client, i int) {
 }
 
 func testAllSlow(t *testing.T, h Harness) {
-	c := h.NewCluster(t, 3)
+	c := healed(t, h)
 	cli := connect(t, h, c.Endpoints(), router.Hybrid)
 	for i := range 3 {
 		c.Degrade(i, 4*time.Millisecond, time.Millisecond)
@@ -413,7 +419,7 @@ func unusedEndpoint(t *testing.T) string {
 }
 
 func testBadInput(t *testing.T, h Harness) {
-	c := h.NewCluster(t, 3)
+	c := healed(t, h)
 	eps := c.Endpoints()
 	for _, tc := range []struct {
 		name      string

@@ -13,7 +13,7 @@ import (
 // testSticky: the sticky policy keeps every operation on one member, as
 // ZooKeeper's own client keeps its session on one server (server side).
 func testSticky(t *testing.T, h Harness) {
-	c := h.NewCluster(t, 3)
+	c := healed(t, h)
 	cli := connect(t, h, c.Endpoints(), router.Sticky)
 	ctx := context.Background()
 	if err := cli.Put(ctx, "sticky/warm", "v"); err != nil {
@@ -51,7 +51,7 @@ func sessionClient(t *testing.T, cli Client) SessionClient {
 // the same session.
 func testEphemeralSurvives(t *testing.T, h Harness) {
 	skipWithout[SessionClient](t, h, "backend has no client sessions")
-	c := h.NewCluster(t, 3)
+	c := fresh(t, h)
 	sc := sessionClient(t, connect(t, h, c.Endpoints(), router.Hybrid))
 	ctx := context.Background()
 	if err := sc.PutEphemeral(ctx, "eph", "mine"); err != nil {
@@ -85,7 +85,7 @@ func testEphemeralSurvives(t *testing.T, h Harness) {
 // after that member died (the session moved and carried the watch along).
 func testWatchAfterLoss(t *testing.T, h Harness) {
 	skipWithout[SessionClient](t, h, "backend has no client sessions")
-	c := h.NewCluster(t, 3)
+	c := healed(t, h) // the killed follower is restarted by the next heal
 	cli := connect(t, h, c.Endpoints(), router.Hybrid)
 	sc := sessionClient(t, cli)
 	ctx := context.Background()
@@ -119,7 +119,7 @@ func testWatchAfterLoss(t *testing.T, h Harness) {
 // hear the cluster again, and its ephemerals are gone.
 func testExpiry(t *testing.T, h Harness) {
 	skipWithout[SessionClient](t, h, "backend has no client sessions")
-	c := h.NewCluster(t, 3)
+	c := healed(t, h)
 	cut, ok := c.(ClientCutter)
 	if !ok {
 		testutil.Skip(t, "cluster cannot cut client links")

@@ -34,12 +34,13 @@ func retryPortTaken[C any](start func() (C, error)) (C, error) {
 }
 
 // workDir returns dir, or a new temporary directory (own: Close removes it)
-// when dir is empty.
+// when dir is empty, named by prefix and this process's ID, so that a test
+// can tell its own from those of test binaries running beside it.
 func workDir(dir, prefix string) (_ string, own bool, err error) {
 	if dir != "" {
 		return dir, false, nil
 	}
-	if dir, err = os.MkdirTemp("", prefix); err != nil {
+	if dir, err = os.MkdirTemp("", fmt.Sprintf("%s%d-", prefix, os.Getpid())); err != nil {
 		return "", false, fmt.Errorf("testbed: %w", err)
 	}
 	return dir, true, nil

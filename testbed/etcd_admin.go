@@ -154,6 +154,49 @@ func (c *EtcdCluster) MoveLeader(ctx context.Context, to int) error {
 	})
 }
 
+// Heal undoes every fault (see Faults) and returns once every member that
+// is not removed answers Status naming the same leader: the topology's, if
+// it names one.
+func (c *EtcdCluster) Heal(ctx context.Context) error {
+	if err := c.heal(ctx, c.topo.Leader, c.Restart, c.MoveLeader); err != nil {
+		return err
+	}
+	for {
+		err := c.agreed(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("testbed: heal: %w", errors.Join(err, ctx.Err()))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// agreed fails unless every member that is not removed names the leader
+// that a majority names.
+func (c *EtcdCluster) agreed(ctx context.Context) error {
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	want := c.members[leader].ID()
+	for i, m := range c.members {
+		if m.removed.Load() {
+			continue
+		}
+		st, err := c.Status(ctx, i)
+		if err != nil {
+			return err
+		}
+		if st.Leader != want {
+			return fmt.Errorf("testbed: m%d follows %x, the others m%d", i, st.Leader, leader)
+		}
+	}
+	return nil
+}
+
 func (c *EtcdCluster) dropAdmin(i int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

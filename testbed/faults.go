@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,8 @@ type Faults interface {
 	Kill(i int) error
 	Restart(ctx context.Context, i int) error
 	MoveLeader(ctx context.Context, to int) error
+	// Heal undoes every fault above, so that tests can share a cluster.
+	Heal(ctx context.Context) error
 	// Zones returns each member's zone, in member order.
 	Zones() []string
 }
@@ -189,6 +192,39 @@ func (c *cluster) Resume(i int) error { return c.nodes[i].resume() }
 // Kill crashes member i's server process (SIGKILL: no leadership
 // hand-over) and waits for it to end.
 func (c *cluster) Kill(i int) error { return c.nodes[i].kill() }
+
+// heal undoes every fault: the network as the topology gives it (no extra
+// delay, partition, blackhole, reset or cut), paused members resumed,
+// killed ones started again (restart), and leadership on the topology's
+// leader (moveLeader), if it names one. Removed members stay removed.
+func (c *cluster) heal(ctx context.Context, leader int, restart, moveLeader func(context.Context, int) error) error {
+	c.setNet(func(n *netState) {
+		clear(n.Extra)
+		n.ClientsCut = false
+	})
+	c.netMu.Lock()
+	nodes := slices.Clone(c.nodes)
+	c.netMu.Unlock()
+	for i, s := range nodes {
+		if s.removed.Load() {
+			continue
+		}
+		if s.paused() {
+			if err := s.resume(); err != nil {
+				return err
+			}
+		}
+		if s.PID() == 0 {
+			if err := restart(ctx, i); err != nil {
+				return err
+			}
+		}
+	}
+	if leader < 0 {
+		return nil
+	}
+	return moveLeader(ctx, leader)
+}
 
 // moveLeader hands leadership on until member to holds it, for both
 // backends: handOver moves it away from the current leader (etcd asks the

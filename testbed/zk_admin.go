@@ -105,6 +105,17 @@ func (c *ZKCluster) WaitLeader(ctx context.Context) (int, error) {
 	}
 }
 
+// Heal undoes every fault (see Faults) and returns once a server leads
+// (the topology's, if it names one) and every other running server
+// follows.
+func (c *ZKCluster) Heal(ctx context.Context) error {
+	if err := c.heal(ctx, c.topo.Leader, c.Restart, c.MoveLeader); err != nil {
+		return err
+	}
+	_, err := c.WaitLeader(ctx)
+	return err
+}
+
 // MoveLeader makes server to the leader. ZooKeeper 3.8 has no leadership
 // transfer, so this restarts the leader until to wins an election (it
 // prefers the highest zxid, then the highest myid). It gives up after a

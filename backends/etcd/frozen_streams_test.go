@@ -277,17 +277,21 @@ func TestFutureRevisionWatchKeepsClientSettled(t *testing.T) {
 	wch := cli.Watch(wctx, "future/k", clientv3.WithRev(resp.Header.Revision+1))
 	testutil.Poll(t, 15*time.Second, "the client settled", func() bool { return settled(cli) })
 	before, start := statusServed(t, c), time.Now()
-	unsettled := 0
-	for time.Since(start) < 12*time.Second {
+	unsettled, samples := 0, 0
+	for ; time.Since(start) < 12*time.Second; samples++ {
 		if !settled(cli) {
 			unsettled++
 		}
 		time.Sleep(100 * time.Millisecond) // sampling the router's state, not synchronising
 	}
 	rate := float64(statusServed(t, c)-before) / time.Since(start).Seconds()
-	t.Logf("idle watch at a future revision: unsettled at %d of about 120 samples; %.2f Status RPCs a second by the members' counts", unsettled, rate)
-	if unsettled > 0 {
-		t.Errorf("the client left the settled state at %d samples: a future-revision watch's unanswered progress requests taken for a member's fault", unsettled)
+	t.Logf("idle watch at a future revision: unsettled at %d of %d samples; %.2f Status RPCs a second by the members' counts", unsettled, samples, rate)
+	// A bound, not "never": one confirming probe that times out on a busy
+	// machine unsettles the client for a round or two (under 10 % of the
+	// window). Taking every unanswered progress request for a fault kept
+	// it unsettled for most of the window.
+	if share := float64(unsettled) / float64(samples); share > 0.1 {
+		t.Errorf("the client was unsettled at %d of %d samples, want at most 10 %%: a future-revision watch's unanswered progress requests taken for a member's fault", unsettled, samples)
 	}
 	if rate > 1 {
 		t.Errorf("%.2f Status RPCs a second, want at most 1 (settled probes and a confirming probe per miss)", rate)

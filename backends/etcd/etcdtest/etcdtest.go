@@ -42,7 +42,7 @@ var (
 type Harness struct{}
 
 // NewCluster starts size members on the default topology, closed when t ends.
-func (Harness) NewCluster(t *testing.T, size int) conformance.Cluster {
+func (Harness) NewCluster(t testing.TB, size int) conformance.Cluster {
 	return Cluster{testbed.StartEtcdT(t, testbed.EtcdOptions{Topology: testbed.DefaultTopology(size)})}
 }
 

@@ -49,7 +49,7 @@ func Znode(key string) string { return "/" + strings.ReplaceAll(key, "/", "_") }
 type Harness struct{}
 
 // NewCluster starts size servers on the default topology, closed when t ends.
-func (Harness) NewCluster(t *testing.T, size int) conformance.Cluster {
+func (Harness) NewCluster(t testing.TB, size int) conformance.Cluster {
 	return Cluster{testbed.StartZKT(t, testbed.ZKOptions{Topology: testbed.DefaultTopology(size)})}
 }
 

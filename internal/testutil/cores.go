@@ -1,0 +1,52 @@
+package testutil
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"time"
+)
+
+// coresLock names the abstract Unix socket (Linux: no file, released by
+// the kernel when its holder ends, however it ends) that SaturatesCores
+// binds; one per user, so that two users' runs do not wait on each other.
+var coresLock = fmt.Sprintf("@oproute-saturates-cores-%d", os.Getuid())
+
+// coresWait bounds the wait for another test binary's saturating test:
+// the longest holds its cores for about a minute.
+const coresWait = 10 * time.Minute
+
+// SaturatesCores is called by a test that loads every core of the machine
+// on purpose, or measures CPU time: among the test binaries that go test
+// runs at once (-p), one such test runs at a time, so that two never load
+// the machine together and a CPU measurement is not another test's. The
+// others keep running beside it, as a busy neighbour would. The hold ends
+// with t.
+func SaturatesCores(t interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
+	Cleanup(func())
+}) {
+	t.Helper()
+	start := time.Now()
+	for {
+		l, err := net.Listen("unix", coresLock)
+		if err == nil {
+			if waited := time.Since(start); waited > time.Second {
+				t.Logf("waited %v for another test binary's core-saturating test", waited.Round(time.Millisecond))
+			}
+			t.Cleanup(func() { l.Close() })
+			return
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			t.Fatalf("holding the machine's cores: %v", err)
+		}
+		if time.Since(start) > coresWait {
+			t.Fatalf("another test binary held the machine's cores for over %v", coresWait)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a lock another process holds: nothing to wait on
+	}
+}
