@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oproute/oproute/internal/testutil"
+
 	// The factory package and what its own tests import: with them here,
 	// this module's go.sum holds every sum the patched copy's tests need.
 	_ "k8s.io/apiserver/pkg/storage/etcd3/testing/testingcert"
@@ -34,7 +36,7 @@ func TestAPIServerPatch(t *testing.T) {
 		t.Skip("builds and tests a patched copy of k8s.io/apiserver")
 	}
 	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git, which applies the patch, is not installed")
+		testutil.Skip(t, "git, which applies the patch, is not installed")
 	}
 	const gobin = "go"
 	src := strings.TrimSpace(run(t, ".", nil, gobin, "list", "-m", "-f", "{{.Dir}}", "k8s.io/apiserver"))
