@@ -4,10 +4,11 @@
 //	func TestConformance(t *testing.T) { conformance.Run(t, myHarness{}) }
 //
 // Each property is a named subtest. Those that leave the cluster as they
-// found it once healed (faults on links, a member paused and resumed)
-// share one 3-member cluster, healed before each (testbed.Faults.Heal);
-// those that kill a member, move the leader, change the membership or need
-// another topology start their own. Where a count can be
+// found it once healed (faults on links, a member paused and resumed, a
+// follower killed) share one 3-member cluster, healed before each
+// (testbed.Faults.Heal); those that move the leader, change the
+// membership, need another topology or grow the store on purpose start
+// their own. Where a count can be
 // read on the server side (etcd's /metrics, ZooKeeper's four-letter words)
 // the suite checks that, not only the router's own counters.
 //

@@ -12,7 +12,8 @@ import (
 // healed, share one: a ZooKeeper ensemble takes seconds of JVM start-up, a
 // third of the suite's time when each property had its own. Their counts
 // are server-side deltas, their keys their own, their clients closed when
-// they end, so sharing changes nothing they measure.
+// they end; what they leave is data in the store, which none of them
+// measures.
 
 // sharedClusters holds, per harness type, the cluster that Run's
 // properties share, and the test that Run runs under, whose end closes it.
@@ -72,8 +73,9 @@ func healed(t *testing.T, h Harness) Cluster {
 }
 
 // fresh starts a 3-member cluster on the default topology for t alone:
-// for properties that kill a member or move the leader, which a heal
-// would have to undo by elections (on ZooKeeper, JVM restarts).
+// for properties that move the leader, which a heal would have to undo by
+// elections (on ZooKeeper, JVM restarts), or whose measure depends on
+// the store's size.
 func fresh(t *testing.T, h Harness) Cluster {
 	t.Helper()
 	return h.NewCluster(t, 3)

@@ -156,15 +156,21 @@ func (c *EtcdCluster) MoveLeader(ctx context.Context, to int) error {
 
 // Heal undoes every fault (see Faults) and returns once every member that
 // is not removed answers Status naming the same leader: the topology's, if
-// it names one.
+// it names one (moved there again after an election nobody asked for).
 func (c *EtcdCluster) Heal(ctx context.Context) error {
 	if err := c.heal(ctx, c.topo.Leader, c.Restart, c.MoveLeader); err != nil {
 		return err
 	}
 	for {
-		err := c.agreed(ctx)
-		if err == nil {
+		leader, err := c.agreed(ctx)
+		if err == nil && (c.topo.Leader < 0 || leader == c.topo.Leader) {
 			return nil
+		}
+		if err == nil {
+			if err := c.MoveLeader(ctx, c.topo.Leader); err != nil {
+				return err
+			}
+			continue
 		}
 		select {
 		case <-ctx.Done():
@@ -174,12 +180,12 @@ func (c *EtcdCluster) Heal(ctx context.Context) error {
 	}
 }
 
-// agreed fails unless every member that is not removed names the leader
-// that a majority names.
-func (c *EtcdCluster) agreed(ctx context.Context) error {
+// agreed returns the leader that a majority names, and fails unless
+// every member that is not removed names it.
+func (c *EtcdCluster) agreed(ctx context.Context) (int, error) {
 	leader, err := c.Leader(ctx)
 	if err != nil {
-		return err
+		return -1, err
 	}
 	want := c.members[leader].ID()
 	for i, m := range c.members {
@@ -188,13 +194,13 @@ func (c *EtcdCluster) agreed(ctx context.Context) error {
 		}
 		st, err := c.Status(ctx, i)
 		if err != nil {
-			return err
+			return -1, err
 		}
 		if st.Leader != want {
-			return fmt.Errorf("testbed: m%d follows %x, the others m%d", i, st.Leader, leader)
+			return -1, fmt.Errorf("testbed: m%d follows %x, the others m%d", i, st.Leader, leader)
 		}
 	}
-	return nil
+	return leader, nil
 }
 
 func (c *EtcdCluster) dropAdmin(i int) {

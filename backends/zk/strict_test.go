@@ -38,6 +38,7 @@ import (
 // nothing stale. Each attempt runs on a fresh ensemble, up to
 // deposedAttempts of them (5 of 7 runs opened the window).
 func TestDeposedLeaderReads(t *testing.T) {
+	testutil.NeedsServers(t)
 	const deposedAttempts = 5
 	for a := 1; a <= deposedAttempts; a++ {
 		var opened bool

@@ -26,7 +26,6 @@ var allowedSkips = map[string]string{
 	"TestStorage/Routing": "an election nobody asked for leaves the writes unassignable to a leader",
 }
 
-
 // inCI reports whether the tests run as CI runs them: CI=true, full tier.
 func inCI() bool { return os.Getenv("CI") == "true" && !testing.Short() }
 
