@@ -25,7 +25,7 @@ type TopologyHarness interface {
 // busyWorkers is the closed-loop load that makes a far member's reads pay
 // its distance twice over queueing: with three members it saturates both
 // cores of the test machine, so the properties that run it hold the cores
-// (testutil.SaturatesCores) against another backend's package run beside.
+// (testutil.HoldCores) against another backend's package run beside.
 const busyWorkers = 32
 
 func clusterOn(t *testing.T, h Harness, topo testbed.Topology) Cluster {
@@ -66,7 +66,7 @@ const (
 // at the latest; if they end it first, the window's last rounds are idle
 // ones.
 func testFarMemberKept(t *testing.T, h Harness, c Cluster, window time.Duration) {
-	testutil.SaturatesCores(t)
+	testutil.HoldCores(t)
 	cli := connect(t, h, c.Endpoints(), router.Hybrid)
 	leader := knownLeader(t, cli, c)
 	l := startLoad(t, cli, busyWorkers, 0.8, "far")
@@ -125,7 +125,7 @@ func testFarMemberKept(t *testing.T, h Harness, c Cluster, window time.Duration)
 // topology) under the same busy load: out of the pool within 2 s, under
 // 2 % of reads by its own count after, back after the heal.
 func testDegradedFar(t *testing.T, h Harness) {
-	testutil.SaturatesCores(t)
+	testutil.HoldCores(t)
 	c, cli, far := farFollower(t, h)
 	startLoad(t, cli, busyWorkers, 0.8, "degradedfar")
 	testutil.Poll(t, 10*time.Second, "reads reach the far member", func() bool { return cli.Stats().Members[far].Reads() > 100 })

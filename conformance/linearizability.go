@@ -81,6 +81,7 @@ var registerModel = porcupine.Model{
 // and never sent a write twice: the writes the members applied, by their
 // own count, are at most the puts the clients issued.
 func testLinearizable(t *testing.T, h Harness, c Cluster, policy string, fault func(t *testing.T, c Cluster, leader int)) {
+	testutil.HoldCores(t) // six closed-loop workers
 	ctx := context.Background()
 	leader, err := c.Leader(ctx)
 	if err != nil {

@@ -129,7 +129,7 @@ func TestZKCPUBudgets(t *testing.T) {
 // more than that, by its own process's CPU time; with the clients
 // confined, a member without a budget shares the host, not their cgroup.
 func TestEtcdCPUBudgetBites(t *testing.T) {
-	testutil.SaturatesCores(t) // it measures a member's CPU time, which a neighbour's load would take
+	testutil.HoldCores(t) // it measures a member's CPU time, which a neighbour's load would take
 	home, release := confineSelfT(t, 1.5)
 	defer func() {
 		if err := release(); err != nil {

@@ -85,6 +85,7 @@ func dialTCP(t *testing.T, addr string) net.Conn {
 // client link still answers, misses the writes the majority goes on
 // committing, and follows the leader again once healed.
 func TestEtcdPartition(t *testing.T) {
+	testutil.HoldCores(t) // it times writes against the shaped delays
 	c := startCluster(t, testbed.DefaultTopology(3))
 	ctx := context.Background()
 	const f = 2
@@ -150,6 +151,7 @@ func TestEtcdPartition(t *testing.T) {
 // ticks while its client port still answers, the leader keeps committing,
 // and the follower rejoins once healed.
 func TestZKPartition(t *testing.T) {
+	testutil.HoldCores(t) // it times writes against the shaped delays
 	c := testbed.StartZKT(t, testbed.ZKOptions{TickTime: 500 * time.Millisecond})
 	ctx := context.Background()
 	const f = 2
@@ -213,6 +215,8 @@ func TestEtcdDegradePeers(t *testing.T) {
 // about 10 ms while a round trip on follower f1's client link does not.
 func checkPeerDelay(t *testing.T, c testbed.Faults, f1, f2 int, write, localRead func() error) {
 	t.Helper()
+	// It times a 10 ms rise: no other test binary's load beside it.
+	testutil.HoldCores(t)
 	testutil.MedianTime(t, 20, write) // warm up
 	testutil.MedianTime(t, 20, localRead)
 	baseWrite, baseRead := testutil.MedianTime(t, 30, write), testutil.MedianTime(t, 30, localRead)

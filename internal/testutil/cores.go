@@ -10,8 +10,8 @@ import (
 )
 
 // coresLock names the abstract Unix socket (Linux: no file, released by
-// the kernel when its holder ends, however it ends) that SaturatesCores
-// binds; one per user, so that two users' runs do not wait on each other.
+// the kernel when its holder ends, however it ends) that HoldCores binds;
+// one per user, so that two users' runs do not wait on each other.
 var coresLock = fmt.Sprintf("@oproute-saturates-cores-%d", os.Getuid())
 
 // coresWait bounds the wait for another test binary's saturating test:
@@ -19,13 +19,14 @@ var coresLock = fmt.Sprintf("@oproute-saturates-cores-%d", os.Getuid())
 // suite's PropertyBudget, so that a wait too long fails as one.
 const coresWait = 2 * time.Minute
 
-// SaturatesCores is called by a test that loads every core of the machine
-// on purpose, or measures CPU time: among the test binaries that go test
-// runs at once (-p), one such test runs at a time, so that two never load
-// the machine together and a CPU measurement is not another test's. The
-// others keep running beside it, as a busy neighbour would. The hold ends
-// with t.
-func SaturatesCores(t interface {
+// HoldCores is called by a test that loads the machine's cores on
+// purpose (closed-loop load, a storm of reconnections), or that needs them
+// free of such load: it measures CPU time or times delays of a few
+// milliseconds. Among the test binaries that go test runs at once (-p),
+// one such test runs at a time, so that two loads never add up and a
+// measurement is not another test's load. Lighter tests keep running
+// beside it, as a busy neighbour would. The hold ends with t.
+func HoldCores(t interface {
 	Helper()
 	Fatalf(format string, args ...any)
 	Logf(format string, args ...any)

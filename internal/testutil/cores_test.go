@@ -9,9 +9,9 @@ import (
 
 // A hold keeps every other holder out until its test ends, and then lets
 // the next in.
-func TestSaturatesCoresHoldsUntilTestEnds(t *testing.T) {
+func TestHoldCoresHoldsUntilTestEnds(t *testing.T) {
 	t.Run("hold", func(t *testing.T) {
-		SaturatesCores(t)
+		HoldCores(t)
 		l, err := net.Listen("unix", coresLock)
 		if err == nil {
 			l.Close()
@@ -21,5 +21,5 @@ func TestSaturatesCoresHoldsUntilTestEnds(t *testing.T) {
 			t.Fatalf("second holder: %v, want EADDRINUSE", err)
 		}
 	})
-	SaturatesCores(t) // released with the subtest: this returns (at worst after another binary's hold)
+	HoldCores(t) // released with the subtest: this returns (at worst after another binary's hold)
 }
