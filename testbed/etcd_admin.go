@@ -158,23 +158,19 @@ func (c *EtcdCluster) MoveLeader(ctx context.Context, to int) error {
 // is not removed answers Status naming the same leader: the topology's, if
 // it names one (moved there again after an election nobody asked for).
 func (c *EtcdCluster) Heal(ctx context.Context) error {
-	if err := c.heal(ctx, c.topo.Leader, c.Restart, c.MoveLeader); err != nil {
-		return err
-	}
+	return c.heal(ctx, c.topo.Leader, c.Restart, c.MoveLeader, c.waitAgreed)
+}
+
+// waitAgreed polls agreed until it holds or ctx ends.
+func (c *EtcdCluster) waitAgreed(ctx context.Context) (int, error) {
 	for {
 		leader, err := c.agreed(ctx)
-		if err == nil && (c.topo.Leader < 0 || leader == c.topo.Leader) {
-			return nil
-		}
 		if err == nil {
-			if err := c.MoveLeader(ctx, c.topo.Leader); err != nil {
-				return err
-			}
-			continue
+			return leader, nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("testbed: heal: %w", errors.Join(err, ctx.Err()))
+			return -1, fmt.Errorf("testbed: heal: %w", errors.Join(err, ctx.Err()))
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -196,8 +196,10 @@ func (c *cluster) Kill(i int) error { return c.nodes[i].kill() }
 // heal undoes every fault: the network as the topology gives it (no extra
 // delay, partition, blackhole, reset or cut), paused members resumed,
 // killed ones started again (restart), and leadership on the topology's
-// leader (moveLeader), if it names one. Removed members stay removed.
-func (c *cluster) heal(ctx context.Context, leader int, restart, moveLeader func(context.Context, int) error) error {
+// leader (moveLeader), if it names one, until settled (which waits until
+// every member follows one leader) returns it: moved again after an
+// election nobody asked for. Removed members stay removed.
+func (c *cluster) heal(ctx context.Context, leader int, restart, moveLeader func(context.Context, int) error, settled func(context.Context) (int, error)) error {
 	c.setNet(func(n *netState) {
 		clear(n.Extra)
 		n.ClientsCut = false
@@ -220,10 +222,15 @@ func (c *cluster) heal(ctx context.Context, leader int, restart, moveLeader func
 			}
 		}
 	}
-	if leader < 0 {
-		return nil
+	for {
+		now, err := settled(ctx)
+		if err != nil || leader < 0 || now == leader {
+			return err
+		}
+		if err := moveLeader(ctx, leader); err != nil {
+			return err
+		}
 	}
-	return moveLeader(ctx, leader)
 }
 
 // moveLeader hands leadership on until member to holds it, for both

@@ -109,18 +109,7 @@ func (c *ZKCluster) WaitLeader(ctx context.Context) (int, error) {
 // (the topology's, if it names one, moved there again after an election
 // nobody asked for) and every other running server follows.
 func (c *ZKCluster) Heal(ctx context.Context) error {
-	if err := c.heal(ctx, c.topo.Leader, c.Restart, c.MoveLeader); err != nil {
-		return err
-	}
-	for {
-		leader, err := c.WaitLeader(ctx)
-		if err != nil || c.topo.Leader < 0 || leader == c.topo.Leader {
-			return err
-		}
-		if err := c.MoveLeader(ctx, c.topo.Leader); err != nil {
-			return err
-		}
-	}
+	return c.heal(ctx, c.topo.Leader, c.Restart, c.MoveLeader, c.WaitLeader)
 }
 
 // MoveLeader makes server to the leader. ZooKeeper 3.8 has no leadership
