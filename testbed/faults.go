@@ -242,6 +242,7 @@ func (c *cluster) heal(ctx context.Context, leader int, restart, moveLeader func
 // by myid, so a server may never win).
 func moveLeader(ctx context.Context, size, to int, target string, waitLeader func(context.Context) (int, error), handOver func(ctx context.Context, from int) error) error {
 	prev, missed := -1, 0
+	var elected []int // the leaders seen, for the error
 	for {
 		cur, err := waitLeader(ctx)
 		if err != nil {
@@ -250,9 +251,10 @@ func moveLeader(ctx context.Context, size, to int, target string, waitLeader fun
 		if cur == to {
 			return nil
 		}
+		elected = append(elected, cur)
 		if prev >= 0 && cur != prev {
 			if missed++; missed >= 2*size {
-				return fmt.Errorf("testbed: %s did not win an election: %w", target, ErrNoLeader)
+				return fmt.Errorf("testbed: %s did not win an election (leaders by index, in turn: %v): %w: %w", target, elected, ErrNoLeader, errLeaderNotMoved)
 			}
 		}
 		if err := handOver(ctx, cur); err != nil {
