@@ -180,8 +180,9 @@ func (c *cluster) ResetClientsAfterReply(i int, on bool) {
 	c.setNet(func(n *netState) { n.Extra[i].ResetClientsAfterReply = on })
 }
 
-// Pause freezes member i's server process (SIGSTOP): its TCP connections
-// stay open and its kernel still accepts new ones; nothing answers. An etcd
+// Pause freezes member i's server process (SIGSTOP) and returns once every
+// thread of it has stopped: its TCP connections stay open and its kernel
+// still accepts new ones; nothing answers. An etcd
 // member's proxies run in its process and freeze with it; a ZooKeeper
 // server's run apart and keep accepting.
 func (c *cluster) Pause(i int) error { return c.nodes[i].pause() }
