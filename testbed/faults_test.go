@@ -213,21 +213,35 @@ func TestEtcdDegradePeers(t *testing.T) {
 // checkPeerDelay delays both followers' peer links by 5 ms each way and
 // checks that a leader write (which waits for a follower's ack) rises by
 // about 10 ms while a round trip on follower f1's client link does not.
+// The two states alternate, three times each, and each is judged by its
+// lower fifth: on a loaded host (another test binary, a busy neighbour)
+// queueing for the CPU swamps the median, and a delay added in parallel
+// with a queue does not add to it; the fastest writes are the ones that
+// did not queue.
 func checkPeerDelay(t *testing.T, c testbed.Faults, f1, f2 int, write, localRead func() error) {
 	t.Helper()
-	// It times a 10 ms rise: no other test binary's load beside it.
+	// It times a 10 ms rise: no other test binary's heavy load beside it.
 	testutil.HoldCores(t)
 	testutil.MedianTime(t, 20, write) // warm up
 	testutil.MedianTime(t, 20, localRead)
-	baseWrite, baseRead := testutil.MedianTime(t, 30, write), testutil.MedianTime(t, 30, localRead)
 	const d = 5 * time.Millisecond
-	c.DegradePeers(f1, d, 0)
-	c.DegradePeers(f2, d, 0)
-	slowWrite, slowRead := testutil.MedianTime(t, 30, write), testutil.MedianTime(t, 30, localRead)
-	c.DegradePeers(f1, 0, 0)
-	c.DegradePeers(f2, 0, 0)
-	t.Logf("leader write median %v → %v, follower local read median %v → %v with followers' peer links +%v each way",
-		baseWrite, slowWrite, baseRead, slowRead, d)
+	var baseWrites, baseReads, slowWrites, slowReads []time.Duration
+	for range 3 {
+		baseWrites = append(baseWrites, testutil.Times(t, 15, write)...)
+		baseReads = append(baseReads, testutil.Times(t, 15, localRead)...)
+		c.DegradePeers(f1, d, 0)
+		c.DegradePeers(f2, d, 0)
+		slowWrites = append(slowWrites, testutil.Times(t, 15, write)...)
+		slowReads = append(slowReads, testutil.Times(t, 15, localRead)...)
+		c.DegradePeers(f1, 0, 0)
+		c.DegradePeers(f2, 0, 0)
+	}
+	const q = 0.2
+	baseWrite, slowWrite := testutil.Quantile(baseWrites, q), testutil.Quantile(slowWrites, q)
+	baseRead, slowRead := testutil.Quantile(baseReads, q), testutil.Quantile(slowReads, q)
+	t.Logf("leader write %v → %v, follower local read %v → %v (lower fifths; medians %v → %v and %v → %v) with followers' peer links +%v each way",
+		baseWrite, slowWrite, baseRead, slowRead, testutil.Quantile(baseWrites, 0.5), testutil.Quantile(slowWrites, 0.5),
+		testutil.Quantile(baseReads, 0.5), testutil.Quantile(slowReads, 0.5), d)
 	if rise := slowWrite - baseWrite; rise < 3*d/2 || rise > 4*d {
 		t.Errorf("leader write rose by %v, want about %v", rise, 2*d)
 	}

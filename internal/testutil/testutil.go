@@ -68,6 +68,15 @@ func ProcessCPU() time.Duration {
 // failing t on op's first error.
 func MedianTime(t T, n int, op func() error) time.Duration {
 	t.Helper()
+	ds := Times(t, n, op)
+	slices.Sort(ds)
+	return ds[n/2]
+}
+
+// Times runs op n times and returns how long each took, failing t on an
+// error.
+func Times(t T, n int, op func() error) []time.Duration {
+	t.Helper()
 	ds := make([]time.Duration, n)
 	for i := range ds {
 		start := time.Now()
@@ -76,8 +85,13 @@ func MedianTime(t T, n int, op func() error) time.Duration {
 		}
 		ds[i] = time.Since(start)
 	}
+	return ds
+}
+
+// Quantile returns the q-quantile (nearest rank) of ds, which it sorts.
+func Quantile(ds []time.Duration, q float64) time.Duration {
 	slices.Sort(ds)
-	return ds[n/2]
+	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
 }
 
 // Receive returns the next value from ch, failing t if none arrives within
