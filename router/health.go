@@ -127,7 +127,7 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 // Only hybrid has a read pool: under the other policies nobody is ejected.
 // Caller must hold r.mu.
 func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed bool) []int {
-	if r.kind != hybridKind {
+	if !r.kind.pooled() {
 		return nil
 	}
 	rounds := make([]readRound, len(r.roster().health))

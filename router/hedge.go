@@ -65,8 +65,8 @@ func (h *HedgeConfig) setDefaults() {
 
 func (h *HedgeConfig) validate(policy string) error {
 	switch {
-	case policy != Hybrid:
-		return fmt.Errorf("%w: hedging needs the %s policy's read pool, not %s", ErrInvalidConfig, Hybrid, policy)
+	case !kindOf(policy).pooled():
+		return fmt.Errorf("%w: hedging needs a read pool (%s or %s), not %s", ErrInvalidConfig, Hybrid, LeastCost, policy)
 	case !(h.Quantile > 0 && h.Quantile < 1):
 		return fmt.Errorf("%w: hedge quantile %v outside (0, 1)", ErrInvalidConfig, h.Quantile)
 	case h.MinDelay < 0:

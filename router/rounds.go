@@ -177,6 +177,11 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64, probed bool) {
 	// readmitted, like any member in the pool.
 	benched := unfit[:min(len(unfit), (len(reachable)-1)/2)]
 	ejected := r.ejectionsLocked(reachable, benched, now, probed)
+	if r.kind == leastCostKind {
+		for _, h := range r.roster().health {
+			h.cost.fitLocked()
+		}
+	}
 	next := r.buildSnapshot(leader, reachable, ejected, unfit, sticky)
 	r.eventsLocked(prev, next, leaderUnsure)
 	r.snap.Store(next)

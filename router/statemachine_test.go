@@ -84,7 +84,7 @@ func (m *machine) Probe(_ context.Context, mem Member) (ProbeResult, error) {
 
 func newMachine(t *rapid.T) *machine {
 	n := rapid.IntRange(1, 5).Draw(t, "members")
-	policy := rapid.SampledFrom([]string{Hybrid, Hybrid, Hybrid, HybridP2C, HybridHedge, RoundRobin, LeaderOnly, Sticky, Boltzmann}).Draw(t, "policy")
+	policy := rapid.SampledFrom([]string{Hybrid, Hybrid, LeastCost, LeastCost, HybridP2C, HybridHedge, RoundRobin, LeaderOnly, Sticky, Boltzmann}).Draw(t, "policy")
 	m := &machine{clock: &fakeClock{now: time.Unix(1e9, 0)}, model: map[string]*modelMember{}, term: 1, nextID: n}
 	ms := members(n)
 	for _, mem := range ms {
