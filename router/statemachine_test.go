@@ -622,6 +622,7 @@ func (m *machine) check(t *rapid.T) {
 		t.Fatal(err)
 	}
 	for _, op := range allOps {
+		s := m.r.snap.Load()
 		p, err := m.r.Pick(context.Background(), op)
 		if err != nil {
 			t.Fatalf("Pick(%v): %v", op, err)
@@ -629,9 +630,40 @@ func (m *machine) check(t *rapid.T) {
 		if m.r.roster().retired[p.Index] {
 			t.Fatalf("Pick(%v) chose retired member %d", op, p.Index)
 		}
+		if where, ok := m.pickAllowed(s, op, p.Index); !ok {
+			t.Fatalf("%s: Pick(%v) chose member %d, want %s (leader %d, reachable %v, pool %v, ejected %v, serving %v)",
+				m.r.cfg.Policy, op, p.Index, where, s.leader, s.reachable, s.pool, s.ejected, s.serving)
+		}
 		p.Abandon()
 	}
 	m.r.Stats()
+}
+
+// pickAllowed is the model of what each policy's pick must be, with no
+// override: writes at the leader (or, unknown, a serving member); under a
+// read pool, reads from the pool or an ejected member's probe share and
+// streams from the pool; sticky on its member; the rest on a reachable one.
+func (m *machine) pickAllowed(s *snapshot, op Op, i int) (string, bool) {
+	toLeader := func() (string, bool) {
+		if s.leader >= 0 {
+			return "the leader", i == s.leader
+		}
+		if len(s.serving) > 0 {
+			return "a serving member", slices.Contains(s.serving, i)
+		}
+		return "a reachable member", slices.Contains(s.reachable, i)
+	}
+	switch k := m.r.kind; {
+	case k == leaderOnlyKind || (k.pooled() && op == Write):
+		return toLeader()
+	case k == stickyKind:
+		return "the sticky member", i == s.sticky
+	case k.pooled() && op == Stream:
+		return "a pool member", s.has(i)
+	case k.pooled():
+		return "a pool member or an ejected one", s.has(i) || slices.Contains(s.ejected, i)
+	}
+	return "a reachable member", slices.Contains(s.reachable, i)
 }
 
 func (m *machine) steps(t *rapid.T, n int) {
