@@ -7,8 +7,11 @@
 // forward them) and spreads linearizable reads over the healthy read pool (the
 // leader only confirms its commit index; any member serves the read). A member
 // whose read latency drifts far above the others leaves the read pool until it
-// recovers. The other policies exist to compare against: round_robin (stock
-// etcd), sticky (stock ZooKeeper), leader_only and boltzmann.
+// recovers. least_cost keeps hybrid's writes and read pool, and places each
+// linearizable read where a model of each member's read cost, learned from
+// the client's own reads, prices it lowest (readCost). The other policies
+// exist to compare against: round_robin (stock etcd), sticky (stock
+// ZooKeeper), leader_only and boltzmann.
 //
 // # Shape
 //
