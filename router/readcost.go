@@ -53,8 +53,9 @@ import (
 // (fitLocked) and publishes base and perRead for Pick.
 type readCost struct {
 	// Running sums over the reads that ended, fed by Done: count, Σx, Σy
-	// (ns), Σx², Σxy. Unsigned and wrapping: only differences are read.
-	n, sx, sy, sxx, sxy atomic.Uint64
+	// (ns), Σx², Σxy, and Σy² (µs², for the judge's noise). Unsigned and
+	// wrapping: only differences are read.
+	n, sx, sy, sxx, sxy, syy atomic.Uint64
 	// Published by the round for Pick: float64 bits, in nanoseconds. known
 	// is false until the fit holds costMinWeight reads.
 	base, perRead atomic.Uint64
@@ -63,13 +64,16 @@ type readCost struct {
 	// (ns; MaxUint64 when none): with the rounds before, the fit's floor.
 	least atomic.Uint64
 
-	// Under Router.mu: the sums at the last round, and the fit.
-	seen [5]uint64
-	fit  costFit
+	// Under Router.mu: the sums at the last round, the reads that ended
+	// in the round (count, Σx, Σy, Σx², Σxy, Σy²), and the fit.
+	seen  [6]uint64
+	round [6]float64
+	fit   costFit
 	// floors are the least latencies of the last len(floors) rounds with
 	// reads, newest at floorAt.
 	floors  [8]float64
 	floorAt int
+	judge   judgeState
 }
 
 const (
@@ -100,6 +104,8 @@ func (c *readCost) record(x int64, y time.Duration) {
 	c.sy.Add(uy)
 	c.sxx.Add(ux * ux)
 	c.sxy.Add(ux * uy)
+	us := uy / 1e3
+	c.syy.Add(us * us)
 	for {
 		old := c.least.Load()
 		if uy >= old || c.least.CompareAndSwap(old, uy) {
@@ -108,20 +114,20 @@ func (c *readCost) record(x int64, y time.Duration) {
 	}
 }
 
-// fitLocked folds the reads that ended since the last round into the fit
-// and publishes it. Caller must hold Router.mu.
+// fitLocked takes the reads that ended since the last round (round),
+// folds them into the fit and publishes it. Caller must hold Router.mu.
 func (c *readCost) fitLocked() {
-	now := [5]uint64{c.n.Load(), c.sx.Load(), c.sy.Load(), c.sxx.Load(), c.sxy.Load()}
-	var d [5]float64
+	now := [6]uint64{c.n.Load(), c.sx.Load(), c.sy.Load(), c.sxx.Load(), c.sxy.Load(), c.syy.Load()}
 	for k := range now {
-		d[k] = float64(now[k] - c.seen[k])
+		c.round[k] = float64(now[k] - c.seen[k])
 	}
 	c.seen = now
+	d := [5]float64(c.round[:5])
 	if least := c.least.Swap(math.MaxUint64); d[0] > 0 && least != math.MaxUint64 {
 		c.floorAt = (c.floorAt + 1) % len(c.floors)
 		c.floors[c.floorAt] = float64(least)
 	}
-	c.fit.add(d)
+	c.fit.add(d, costHalfLife)
 	floor := math.Inf(1)
 	for _, f := range c.floors {
 		if f > 0 {
@@ -151,13 +157,13 @@ func (c *readCost) predict(q int64, initial time.Duration) float64 {
 // Σx², Σxy.
 type costFit struct{ w, x, y, xx, xy float64 }
 
-// add decays the sums by half per costHalfLife new reads and adds the new
-// ones (d: count, Σx, Σy, Σx², Σxy).
-func (f *costFit) add(d [5]float64) {
+// add decays the sums by half per halfLife new reads and adds the new ones
+// (d: count, Σx, Σy, Σx², Σxy).
+func (f *costFit) add(d [5]float64, halfLife float64) {
 	if d[0] <= 0 {
 		return
 	}
-	keep := math.Exp2(-d[0] / costHalfLife)
+	keep := math.Exp2(-d[0] / halfLife)
 	f.w = keep*f.w + d[0]
 	f.x = keep*f.x + d[1]
 	f.y = keep*f.y + d[2]

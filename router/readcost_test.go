@@ -21,11 +21,11 @@ func feed(f *costFit, n int, sample func(k int) (x int64, y time.Duration)) {
 		d[3] += fx * fx
 		d[4] += fx * fy
 		if d[0] == 50 {
-			f.add(d)
+			f.add(d, costHalfLife)
 			d = [5]float64{}
 		}
 	}
-	f.add(d)
+	f.add(d, costHalfLife)
 }
 
 func near(got, want, tol float64) bool { return math.Abs(got-want) <= tol*math.Abs(want) }

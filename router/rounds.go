@@ -178,9 +178,14 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64, probed bool) {
 	benched := unfit[:min(len(unfit), (len(reachable)-1)/2)]
 	ejected := r.ejectionsLocked(reachable, benched, now, probed)
 	if r.kind == leastCostKind {
+		costs := make([]*readCost, 0, len(reachable))
 		for _, h := range r.roster().health {
 			h.cost.fitLocked()
 		}
+		for _, i := range reachable {
+			costs = append(costs, &r.roster().health[i].cost)
+		}
+		judgeRound(costs)
 	}
 	next := r.buildSnapshot(leader, reachable, ejected, unfit, sticky)
 	r.eventsLocked(prev, next, leaderUnsure)

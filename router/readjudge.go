@@ -1,0 +1,183 @@
+package router
+
+import (
+	"math"
+	"time"
+)
+
+// The baseline judge: a grey failure is a member slower than its own
+// baseline predicts, not slower than the others (a far member is slower for
+// ever: that is where it is). It runs beside the read-cost model, over the
+// same reads, and for now only counts its verdicts (MemberStats.ReadCost):
+// the read pool's ejections are hybrid's (ejectionsLocked) until a soak has
+// measured both on the same runs.
+//
+// Each member keeps a baseline: the same line as its read-cost fit, but
+// with a long memory (baselineHalfLife reads) and fed only by rounds the
+// judge finds healthy, so that a failure is not learned as the new normal.
+// A round's evidence on a member is
+//
+//	z = log(ȳ ÷ ŷ)
+//
+// with ȳ the mean latency of its reads that ended in the round and ŷ what
+// the baseline predicts at their mean reads in flight. What slows every
+// member at once (a busy host, a compaction, load from other clients)
+// raises every z together: the round's residual is u = z − the other
+// judged members' mean z, each weighted by its precision (two members with
+// reads in the round at least; with fewer nothing is judged). A failing
+// member so raises the others' yardstick, which convicts none of them. u
+// is taken as normal with mean 0 while the member is healthy and
+// judgeShift (twice as slow as its baseline) once it is not, with variance
+// v = σ²/n + τ² + the yardstick's: σ² a read's spread of latency (its
+// squared coefficient of variation, learned from rounds of two reads or
+// more), n the round's reads, τ² what the model misses from round to
+// round, learned from the member's healthy rounds. The judge is Page's
+// CUSUM over the log-likelihood ratio of the two,
+//
+//	S ← max(0, S + (δ ÷ v)(min(u, judgeClip) − δ/2)),  δ = judgeShift
+//
+// and finds the member failing while S ≥ judgeThreshold (h). A round's
+// residual counts at most judgeClip, so one stalled round cannot convict
+// alone. Rounds that leave S below h/2 feed the baseline and τ²: learning
+// only from rounds that leave S at 0 would bias the baseline low.
+//
+// Detection delay: a member k times slower than its baseline adds
+// (δ ÷ v)(min(log k, 3δ) − δ/2) a round; at the degraded follower's +8 ms
+// on 1 ms reads (k ≈ 9) with two reads a round on it (σ² ≈ 0.28, τ² ≈ 0.05,
+// the yardstick's 0.04: v ≈ 0.23) that is 5.2 a round, past h = 12 in 3
+// rounds (0.75 s at the default ProbeInterval). False verdicts: with
+// Gaussian residuals Page's CUSUM first crosses h after about e^h · 2v ÷ δ²
+// healthy rounds (Siegmund's approximation), 11 hours per member at four
+// rounds a second, 0.3 an hour over three members. Latency is not
+// Gaussian; TestJudgeFalseVerdictRate checks a log-normal world, and a
+// soak on the test bed measures the rate that holds.
+const (
+	judgeShift       = math.Ln2
+	judgeClip        = 3 * judgeShift
+	judgeThreshold   = 12
+	baselineHalfLife = 2048
+	// A baseline is trusted once it holds this many reads; until then every
+	// round feeds it and nothing is judged.
+	baselineMinWeight = 64
+	// readVarPrior is σ² before a round with two reads: a coefficient of
+	// variation of 0.5. A round's own spread is clamped to
+	// [judgeVarFloor, judgeVarCeiling].
+	readVarPrior    = 0.25
+	judgeVarFloor   = 0.01
+	judgeVarCeiling = 4
+	// modelVarPrior is τ² before any healthy round: the residual of a
+	// round's mean beyond its reads' noise, in log latency; modelVarFloor
+	// its least value, so that a quiet spell does not make the judge
+	// hair-triggered.
+	modelVarPrior = 0.05
+	modelVarFloor = 0.005
+	// judgeVarWeight is the weight of a round's sample in σ² and τ²: an
+	// exponential average over about 20 rounds.
+	judgeVarWeight = 0.05
+)
+
+// judgeState is the baseline judge's per-member state, under Router.mu.
+type judgeState struct {
+	baseline costFit
+	readVar  float64 // σ²; 0 until a round with two reads: readVarPrior
+	modelVar float64 // τ²; 0 until the first healthy round: modelVarPrior
+	excess   float64 // S
+	failing  bool    // S ≥ judgeThreshold
+	verdicts uint64  // times S crossed judgeThreshold
+}
+
+// judgeRound runs one round of the baseline judge over the members' models
+// (their rounds taken by fitLocked). Caller must hold Router.mu.
+func judgeRound(costs []*readCost) {
+	type evidence struct {
+		j    *judgeState
+		d    [5]float64
+		z, v float64
+	}
+	var judged []evidence
+	for _, c := range costs {
+		j := &c.judge
+		n, sx, sy, syy := c.round[0], c.round[1], c.round[2], c.round[5]
+		if n < 1 || sy <= 0 {
+			continue
+		}
+		d := [5]float64(c.round[:5])
+		base, perRead, ok := j.baseline.line(math.Inf(1))
+		if !ok || j.baseline.w < baselineMinWeight {
+			j.baseline.add(d, baselineHalfLife)
+			continue
+		}
+		predicted := base + perRead*sx/n
+		if predicted <= 0 {
+			continue
+		}
+		mean := sy / n
+		if n >= 2 {
+			meanUs := mean / 1e3
+			variance := (syy - n*meanUs*meanUs) / (n - 1) // unbiased: a round may hold two reads
+			cv2 := min(max(variance/(meanUs*meanUs), judgeVarFloor), judgeVarCeiling)
+			j.readVar = average(j.readVar, readVarPrior, cv2)
+		}
+		judged = append(judged, evidence{j: j, d: d, z: math.Log(mean / predicted), v: or(j.readVar, readVarPrior)/n + or(j.modelVar, modelVarPrior)})
+	}
+	if len(judged) < 2 {
+		return
+	}
+	// Each member against the others' precision-weighted mean: what they
+	// share cancels, and a failing member raises the others' yardstick,
+	// which convicts none of them.
+	var sumW, sumWZ float64
+	for _, e := range judged {
+		sumW += 1 / e.v
+		sumWZ += e.z / e.v
+	}
+	for _, e := range judged {
+		othersW := sumW - 1/e.v
+		common := (sumWZ - e.z/e.v) / othersW
+		u := e.z - common
+		v := e.v + 1/othersW
+		j := e.j
+		j.excess = max(0, j.excess+(judgeShift/v)*(min(u, judgeClip)-judgeShift/2))
+		switch {
+		case j.excess >= judgeThreshold && !j.failing:
+			j.failing = true
+			j.verdicts++
+		case j.excess == 0:
+			j.failing = false
+		}
+		if j.excess >= judgeThreshold/2 {
+			continue // not learned: it may be the failure (learning only rounds that left S at 0 would bias the baseline low)
+		}
+		j.baseline.add(e.d, baselineHalfLife)
+		modelVar := or(j.modelVar, modelVarPrior)
+		// This round's sample of τ², its residual capped at δ: the first
+		// round of a failure, before S reaches h/2, must not teach the
+		// judge that rounds vary that much.
+		missed := max(min(u*u, judgeShift*judgeShift)-(v-modelVar), 0)
+		j.modelVar = max(modelVarFloor, average(j.modelVar, modelVarPrior, missed))
+	}
+}
+
+// average folds sample into an exponential average over about
+// 1 ÷ judgeVarWeight rounds; avg 0 starts from prior.
+func average(avg, prior, sample float64) float64 {
+	return (1-judgeVarWeight)*or(avg, prior) + judgeVarWeight*sample
+}
+
+// or returns v, or def when v is 0 (not yet learned).
+func or(v, def float64) float64 {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// stats reports the model and the judge's state. Caller must hold Router.mu.
+func (c *readCost) stats() ReadCostStats {
+	st := ReadCostStats{Excess: c.judge.excess / judgeThreshold, Verdicts: c.judge.verdicts}
+	if c.known.Load() {
+		st.Base = time.Duration(math.Float64frombits(c.base.Load()))
+		st.PerRead = time.Duration(math.Float64frombits(c.perRead.Load()))
+	}
+	return st
+}
