@@ -85,7 +85,8 @@ func writeCSV(path string, results []Result) error {
 		"read_p50_ms", "read_p90_ms", "read_p99_ms", "read_p999_ms",
 		"write_p50_ms", "write_p90_ms", "write_p99_ms", "write_p999_ms",
 		"throughput_ops", "reads", "writes", "errors", "reads_by_member", "writes_by_member",
-		"server_reads_by_member", "server_writes_by_member", "client_cpu_cores", "server_cpu_cores", "leader_changed", "extra", "cpu_mode"})
+		"server_reads_by_member", "server_writes_by_member", "client_cpu_cores", "server_cpu_cores", "leader_changed", "extra", "cpu_mode",
+		"client_bytes", "client_cross_zone_bytes", "peer_bytes", "peer_cross_zone_bytes"})
 	f64 := func(x float64) string { return strconv.FormatFloat(x, 'f', 4, 64) }
 	list := func(xs []uint64) string {
 		parts := make([]string, len(xs))
@@ -96,12 +97,18 @@ func writeCSV(path string, results []Result) error {
 	}
 	for _, r := range results {
 		extra, _ := json.Marshal(r.Extra)
-		w.Write([]string{r.Scenario, r.Variant, r.Backend, r.Policy, strconv.Itoa(r.Trial), strconv.Itoa(r.Workers),
+		traffic := make([]string, 4) // empty when unknown
+		if t := r.Traffic; t != nil {
+			for i, n := range []uint64{t.ClientTotal, t.ClientCrossZone, t.PeerTotal, t.PeerCrossZone} {
+				traffic[i] = strconv.FormatUint(n, 10)
+			}
+		}
+		w.Write(append([]string{r.Scenario, r.Variant, r.Backend, r.Policy, strconv.Itoa(r.Trial), strconv.Itoa(r.Workers),
 			f64(r.ReadP50ms), f64(r.ReadP90ms), f64(r.ReadP99ms), f64(r.ReadP999ms),
 			f64(r.WriteP50ms), f64(r.WriteP90ms), f64(r.WriteP99ms), f64(r.WriteP999ms),
 			f64(r.ThroughputOps), strconv.FormatInt(r.Reads, 10), strconv.FormatInt(r.Writes, 10), strconv.FormatInt(r.Errors, 10),
 			list(r.ReadsByMember), list(r.WritesByMember), list(r.ServerReadsByMember), list(r.ServerWritesByMember),
-			f64(r.ClientCPU), f64(r.ServerCPU), strconv.FormatBool(r.LeaderChanged), string(extra), r.CPUMode})
+			f64(r.ClientCPU), f64(r.ServerCPU), strconv.FormatBool(r.LeaderChanged), string(extra), r.CPUMode}, traffic...))
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {

@@ -57,6 +57,12 @@ type Result struct {
 	// CPUMode is how the trial shared the host's CPU (CPUMode).
 	CPUMode string `json:"cpu_mode,omitempty"`
 
+	// Traffic is the bytes the test bed's proxies forwarded over the
+	// measurement window, nil when unknown: a cluster not on the test bed,
+	// or a member that could not tell (an etcd member paused at either end
+	// of the window, its proxies frozen with it).
+	Traffic *Traffic `json:"traffic,omitempty"`
+
 	// LeaderChanged is set when the servers' leader moved during the trial:
 	// such a trial is not a steady-state measurement.
 	LeaderChanged bool `json:"leader_changed,omitempty"`
@@ -195,6 +201,7 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 	statsBefore := cli.Stats()
 	servedBefore, _ := cl.Served(ctx)
 	cpuBefore, srvBefore := testutil.ProcessCPU(), sum(cl.ServerCPU())
+	trafficBefore, trafficBeforeErr := cl.Traffic()
 	var faultWG sync.WaitGroup
 	if spec.during != nil {
 		faultWG.Go(func() { spec.during(runCtx, windowStart) })
@@ -208,6 +215,7 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 	statsAfter := cli.Stats()
 	servedAfter, _ := cl.Served(ctx)
 	cpuAfter, srvAfter := testutil.ProcessCPU(), sum(cl.ServerCPU())
+	trafficAfter, trafficAfterErr := cl.Traffic()
 	leaderAfter, _ := cl.Leader(ctx)
 
 	var reads, writes []time.Duration
@@ -244,6 +252,10 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 	r.HedgesWon = int64(statsAfter.Hedges.Won - statsBefore.Hedges.Won)
 	r.ClientCPU = (cpuAfter - cpuBefore).Seconds() / elapsed.Seconds()
 	r.ServerCPU = (srvAfter - srvBefore).Seconds() / elapsed.Seconds()
+	if trafficBeforeErr == nil && trafficAfterErr == nil {
+		t := trafficAfter.Since(trafficBefore)
+		r.Traffic = &t
+	}
 	r.LeaderChanged = leaderBefore != leaderAfter || statsAfter.LeaderChanges != statsBefore.LeaderChanges
 	return out, nil
 }

@@ -87,7 +87,7 @@ func mix(ratio float64) variant {
 
 func standardMetrics(leader int) func(int) []Metric {
 	return func(int) []Metric {
-		return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberWriteShare(leader), ClientCPU, ServerCPU}
+		return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberWriteShare(leader), ClientCPU, ServerCPU, CrossZoneBytesPerOp, ClientCrossZoneBytesPerOp, PeerCrossZoneBytesPerOp}
 	}
 }
 
@@ -140,7 +140,7 @@ func scenarioDefs(l layout) map[string]scenarioDef {
 			policies: []string{Stock, Pinned, router.RoundRobin, router.Hybrid, router.Boltzmann, Oracle, HybridP2C, HybridHedge}, baseline: Stock,
 			variants: []variant{mix(0.8), mix(0.5)},
 			metrics: func(int) []Metric {
-				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberWriteShare(l.leader), ExtraReads, ClientCPU, ServerCPU}
+				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberWriteShare(l.leader), ExtraReads, ClientCPU, ServerCPU, CrossZoneBytesPerOp, ClientCrossZoneBytesPerOp, PeerCrossZoneBytesPerOp}
 			},
 		},
 		{
@@ -148,7 +148,7 @@ func scenarioDefs(l layout) map[string]scenarioDef {
 			policies: []string{Stock, router.RoundRobin, Pinned, router.Hybrid}, baseline: Stock,
 			variants: []variant{paced(400, 1), paced(400, 3)},
 			metrics: func(int) []Metric {
-				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, ClientCPUPerOp, ServerCPUPerOp, ClientCPU, ServerCPU}
+				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, ClientCPUPerOp, ServerCPUPerOp, ClientCPU, ServerCPU, CrossZoneBytesPerOp}
 			},
 			notes: []string{"Paced at a fixed rate well below saturation (about 40 % of what 8 closed-loop workers reach), so latencies are service times, not CPU queueing; stock clientv3 has one connection per member whatever the variant says."},
 		},
@@ -157,7 +157,7 @@ func scenarioDefs(l layout) map[string]scenarioDef {
 			policies: []string{Stock, Pinned, router.RoundRobin, router.Hybrid, router.Boltzmann}, baseline: Stock,
 			variants: []variant{mix(0.8)}, faults: true,
 			metrics: func(int) []Metric {
-				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), MemberWriteShare(l.leader), ClientCPU, ServerCPU}
+				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), MemberWriteShare(l.leader), ClientCPU, ServerCPU, CrossZoneBytesPerOp}
 			},
 			prepare: degrade(degradedMember, 8*time.Millisecond, 2*time.Millisecond),
 			cleanup: degrade(degradedMember, 0, 0),
@@ -180,7 +180,7 @@ func scenarioDefs(l layout) map[string]scenarioDef {
 			policies: []string{Stock, Pinned, router.LeaderOnly, router.Hybrid}, baseline: Stock,
 			variants: append(valueSizes(256, 1024, 4096, 16384, 65536), ranges(10, 100, 500)...),
 			metrics: func(int) []Metric {
-				return []Metric{ReadP50, ReadP99, Throughput, Errors, MemberReadShare(0), ClientCPU, ServerCPU}
+				return []Metric{ReadP50, ReadP99, Throughput, Errors, MemberReadShare(0), ClientCPU, ServerCPU, CrossZoneBytesPerOp, ClientCrossZoneBytesPerOp, PeerCrossZoneBytesPerOp}
 			},
 		},
 		{
@@ -210,7 +210,7 @@ func scenarioDefs(l layout) map[string]scenarioDef {
 			policies: []string{router.Sticky, router.Hybrid}, baseline: router.Sticky,
 			variants: []variant{mix(0.8)}, faults: true,
 			metrics: func(int) []Metric {
-				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), MemberWriteShare(l.leader), ClientCPU, ServerCPU}
+				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), MemberWriteShare(l.leader), ClientCPU, ServerCPU, CrossZoneBytesPerOp}
 			},
 			prepare: degrade(degradedMember, 8*time.Millisecond, 2*time.Millisecond),
 			cleanup: degrade(degradedMember, 0, 0),
@@ -224,7 +224,7 @@ func scenarioDefs(l layout) map[string]scenarioDef {
 			policies: []string{router.Hybrid, HybridP2C, router.Boltzmann, router.RoundRobin}, baseline: router.Hybrid,
 			variants: []variant{mix(0.8)},
 			metrics: func(int) []Metric {
-				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), ClientCPU, ServerCPU}
+				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), ClientCPU, ServerCPU, CrossZoneBytesPerOp}
 			},
 			notes: []string{"Each member is confined to its quota through a cgroup; m1, the same-zone follower, has a third of the others' capacity."},
 		},
@@ -234,7 +234,7 @@ func scenarioDefs(l layout) map[string]scenarioDef {
 			policies: []string{Stock, Pinned, router.Hybrid}, baseline: Stock,
 			variants: []variant{kubeMix(0.8), kubeMix(0.2)},
 			metrics: func(int) []Metric {
-				return []Metric{WriteP50, WriteP99, ReadP50, ReadP99, Throughput, Errors, MemberWriteShare(l.leader), ClientCPU, ServerCPU}
+				return []Metric{WriteP50, WriteP99, ReadP50, ReadP99, Throughput, Errors, MemberWriteShare(l.leader), ClientCPU, ServerCPU, CrossZoneBytesPerOp}
 			},
 			notes: []string{fmt.Sprintf("%d closed-loop workers on two shared cores: far past saturation, so latencies are mostly queueing.", KubernetesWorkers)},
 		},
@@ -267,7 +267,7 @@ func tailScenario(name, backend string, degradedMember int) scenarioDef {
 		policies: []string{router.Hybrid, HybridHedge, router.RoundRobin}, baseline: router.Hybrid,
 		variants: []variant{mix(0.8)}, faults: true,
 		metrics: func(int) []Metric {
-			return []Metric{ReadP50, ReadP99, ReadP999, WriteP50, WriteP99, Throughput, Errors, ExtraReads, MemberReadShare(degradedMember), ClientCPU, ServerCPU}
+			return []Metric{ReadP50, ReadP99, ReadP999, WriteP50, WriteP99, Throughput, Errors, ExtraReads, MemberReadShare(degradedMember), ClientCPU, ServerCPU, CrossZoneBytesPerOp}
 		},
 		prepare: st.start, cleanup: st.stop,
 		notes: []string{"The stalls run through every trial, warm-up included; 5 trials per policy, so that P99.9 rests on ~60 000 reads."},

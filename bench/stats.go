@@ -80,6 +80,26 @@ var (
 	ServerCPUPerOp = Metric{Name: "Server CPU (µs/op)", Decimals: 1, Get: func(r Result) float64 { return perOp(r.ServerCPU, r.ThroughputOps) }}
 )
 
+// Bytes that crossed zones through the test bed's proxies (TCP payload,
+// both ways) per operation done in the window; – when unknown (an external
+// cluster). Background traffic counts too: heartbeats, the router's
+// probes, failed operations.
+var (
+	CrossZoneBytesPerOp       = trafficPerOp("Cross-zone (B/op)", Traffic.CrossZone)
+	ClientCrossZoneBytesPerOp = trafficPerOp("Client cross-zone (B/op)", func(t Traffic) uint64 { return t.ClientCrossZone })
+	PeerCrossZoneBytesPerOp   = trafficPerOp("Peer cross-zone (B/op)", func(t Traffic) uint64 { return t.PeerCrossZone })
+)
+
+func trafficPerOp(name string, bytes func(Traffic) uint64) Metric {
+	return Metric{Name: name, Decimals: 0, Get: func(r Result) float64 {
+		ops := r.Reads + r.Writes
+		if r.Traffic == nil || ops == 0 {
+			return math.NaN()
+		}
+		return float64(bytes(*r.Traffic)) / float64(ops)
+	}}
+}
+
 // ExtraReads is the hedges sent as a percentage of the reads done.
 var ExtraReads = Metric{Name: "Extra reads (%)", Decimals: 2, Share: true, Get: func(r Result) float64 {
 	if r.Reads == 0 {

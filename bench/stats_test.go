@@ -130,3 +130,31 @@ func TestEjectionsShownPerTrial(t *testing.T) {
 		t.Fatalf("ejections line missing or wrong:\n%s", md)
 	}
 }
+
+// TestCrossZonePerOp: cross-zone bytes are divided by the operations done,
+// client and peer apart and together; unknown traffic (an external
+// cluster) reads as –, not as zero.
+func TestCrossZonePerOp(t *testing.T) {
+	known := Result{Policy: Stock, Reads: 80, Writes: 20,
+		Traffic: &Traffic{ClientTotal: 5000, ClientCrossZone: 1000, PeerTotal: 900, PeerCrossZone: 500}}
+	for _, tc := range []struct {
+		m    Metric
+		want float64
+	}{{CrossZoneBytesPerOp, 15}, {ClientCrossZoneBytesPerOp, 10}, {PeerCrossZoneBytesPerOp, 5}} {
+		if got := tc.m.Get(known); got != tc.want {
+			t.Errorf("%s = %v, want %v", tc.m.Name, got, tc.want)
+		}
+	}
+	unknown := Result{Policy: "hybrid", Reads: 80, Writes: 20}
+	if got := CrossZoneBytesPerOp.Get(unknown); !math.IsNaN(got) {
+		t.Errorf("unknown traffic: %v, want NaN", got)
+	}
+	if got := CrossZoneBytesPerOp.Get(Result{Traffic: &Traffic{}}); !math.IsNaN(got) {
+		t.Errorf("no operations: %v, want NaN", got)
+	}
+	c := &Comparison{Scenario: "s", Baseline: Stock, Policies: []string{Stock, "hybrid"}, Metrics: []Metric{CrossZoneBytesPerOp},
+		Trials: map[string][]Result{Stock: {known}, "hybrid": {unknown}}}
+	if md := c.Markdown(); !strings.Contains(md, "| Cross-zone (B/op) | 15 | – | – |") {
+		t.Errorf("cross-zone row:\n%s", md)
+	}
+}
