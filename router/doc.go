@@ -116,6 +116,11 @@
 //   - one index space: Pick.Index, Stats, Busy and Member use the roster's
 //     stable indexes, which never move (members are added or retired);
 //   - Pick never panics and, without overrides, never allocates;
+//   - each pick is what its policy says (writes at the leader, or while it
+//     is unknown a serving member; under a read pool, reads from the pool
+//     or an ejected member's probe share and streams from the pool; sticky
+//     on its member), checked against a model of each policy;
+//   - least_cost's model and judge hold finite, non-negative numbers;
 //   - a settled router (probing at StableProbeInterval) knows a leader and
 //     has every live member reachable and in the read pool: any other state
 //     probes every round.

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"fmt"
 	"math"
 	"time"
 )
@@ -180,4 +181,20 @@ func (c *readCost) stats() ReadCostStats {
 		st.PerRead = time.Duration(math.Float64frombits(c.perRead.Load()))
 	}
 	return st
+}
+
+// check returns what in the model or its judge is not a finite,
+// non-negative number: Pick weighs members by the model, and a NaN would
+// send every read to the pool's last member. Caller must hold Router.mu.
+func (c *readCost) check() error {
+	values := map[string]float64{
+		"base": math.Float64frombits(c.base.Load()), "per-read": math.Float64frombits(c.perRead.Load()),
+		"excess": c.judge.excess, "read variance": c.judge.readVar, "model variance": c.judge.modelVar,
+	}
+	for name, v := range values {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return fmt.Errorf("%s is %v", name, v)
+		}
+	}
+	return nil
 }
