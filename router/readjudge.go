@@ -9,9 +9,15 @@ import (
 // The baseline judge: a grey failure is a member slower than its own
 // baseline predicts, not slower than the others (a far member is slower for
 // ever: that is where it is). It runs beside the read-cost model, over the
-// same reads, and for now only counts its verdicts (MemberStats.ReadCost):
-// the read pool's ejections are hybrid's (ejectionsLocked) until a soak has
-// measured both on the same runs.
+// same reads, and is least_cost's latency rule: a member it finds failing
+// leaves the read pool on latency (ejectionsLocked; its severity under the
+// minority cap is how many times slower than its baseline its last round
+// was), and comes back once its least ejection time has passed, its probes
+// are in line and the judge no longer finds it failing; or, out for
+// MaxEjection with reads in line with the pool (hybrid's readmission
+// evidence), with its baseline forgotten, so that a member slower for good
+// is not kept out for ever: the cost model then places reads by it.
+// Failures and probe verdicts are hybrid's, and so are the invariants.
 //
 // Each member keeps a baseline: the same line as its read-cost fit, but
 // with a long memory (baselineHalfLife reads) and fed only by rounds the
@@ -53,9 +59,15 @@ import (
 // Gaussian; TestJudgeFalseVerdictRate checks a log-normal world, and a
 // soak on the test bed measures the rate that holds.
 const (
-	judgeShift       = math.Ln2
-	judgeClip        = 3 * judgeShift
-	judgeThreshold   = 12
+	judgeShift     = math.Ln2
+	judgeClip      = 3 * judgeShift
+	judgeThreshold = 12
+	// judgeCap bounds S, so that a member healed after a long failure
+	// comes back within a few rounds of reads in line: S falls by about
+	// (δ ÷ v)(δ/2) ≈ 1 a round with reads, and the member is readmitted
+	// below h/2: from the cap, 12 such rounds (3 s at the default
+	// ProbeInterval, with reads in each round).
+	judgeCap         = 1.5 * judgeThreshold
 	baselineHalfLife = 2048
 	// A baseline is trusted once it holds this many reads; until then every
 	// round feeds it and nothing is judged.
@@ -82,10 +94,15 @@ type judgeState struct {
 	baseline costFit
 	readVar  float64 // σ²; 0 until a round with two reads: readVarPrior
 	modelVar float64 // τ²; 0 until the first healthy round: modelVarPrior
-	excess   float64 // S
-	failing  bool    // S ≥ judgeThreshold
-	verdicts uint64  // times S crossed judgeThreshold
+	excess   float64 // S, at most judgeCap
+	failing  bool    // S reached judgeThreshold and has not fallen below half of it
+	verdicts uint64  // times S reached judgeThreshold
+	ratio    float64 // e^u of the last round judged: times slower than its baseline, beyond what all shared
 }
+
+// rebaseline forgets the member's baseline: its next reads teach it anew.
+// Caller must hold Router.mu.
+func (j *judgeState) rebaseline() { *j = judgeState{verdicts: j.verdicts} }
 
 // judgeRound runs one round of the baseline judge over the members' models
 // (their rounds taken by fitLocked). Caller must hold Router.mu.
@@ -138,12 +155,13 @@ func judgeRound(costs []*readCost) {
 		u := e.z - common
 		v := e.v + 1/othersW
 		j := e.j
-		j.excess = max(0, j.excess+(judgeShift/v)*(min(u, judgeClip)-judgeShift/2))
+		j.ratio = math.Exp(u)
+		j.excess = min(judgeCap, max(0, j.excess+(judgeShift/v)*(min(u, judgeClip)-judgeShift/2)))
 		switch {
 		case j.excess >= judgeThreshold && !j.failing:
 			j.failing = true
 			j.verdicts++
-		case j.excess == 0:
+		case j.excess < judgeThreshold/2:
 			j.failing = false
 		}
 		if j.excess >= judgeThreshold/2 {

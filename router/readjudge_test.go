@@ -143,3 +143,57 @@ func TestJudgeFalseVerdictRate(t *testing.T) {
 		t.Fatalf("%.2f false verdicts an hour, want at most 1", rate)
 	}
 }
+
+// Under least_cost the judge is the read pool's latency rule: a member
+// nine times slower than its baseline leaves within four rounds and comes
+// back within five seconds of its reads returning to it, while a member
+// that was always far stays in.
+func TestLeastCostEjectsOnItsJudgesVerdict(t *testing.T) {
+	tr := newTestRouter(t, Config{Policy: LeastCost})
+	reads := func(i, n int, d time.Duration) {
+		for range n {
+			p, err := tr.Pick(WithMember(t.Context(), tr.roster().members[i].ID), LinearizableRead)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr.clock.Advance(d)
+			p.Done(OK)
+		}
+	}
+	latency := []time.Duration{time.Millisecond, 1500 * time.Microsecond, 4 * time.Millisecond} // m2 is far
+	round := func() {
+		for i, d := range latency {
+			reads(i, []int{20, 5, 5}[i], d)
+		}
+		tr.clock.Advance(250 * time.Millisecond)
+		tr.probeRound()
+	}
+	for range 100 {
+		round()
+	}
+	tr.expectNoneEjected(t, "while every member reads as it always did")
+	latency[1] = 9 * latency[1]
+	for k := 1; !tr.Stats().Members[1].Ejected; k++ {
+		if k > 4 {
+			t.Fatalf("m1, nine times slower than its baseline, still in the pool after 4 rounds: %+v", tr.Stats().Members[1].ReadCost)
+		}
+		round()
+	}
+	if m := tr.Stats().Members[1]; m.OutReason != outLatency {
+		t.Fatalf("m1 out for %q, want %q", m.OutReason, outLatency)
+	}
+	latency[1] /= 9
+	healed := tr.clock.Now()
+	for tr.Stats().Members[1].Ejected {
+		if tr.clock.Now().Sub(healed) > 5*time.Second {
+			t.Fatalf("m1 still out 5 s after its reads returned to its baseline: %+v", tr.Stats().Members[1].ReadCost)
+		}
+		round()
+	}
+	t.Logf("back %v after the heal", tr.clock.Now().Sub(healed))
+	for _, m := range tr.Stats().Members {
+		if m.Member.ID != "m1" && m.Ejections > 0 {
+			t.Fatalf("%s ejected %d times", m.Member.ID, m.Ejections)
+		}
+	}
+}

@@ -65,6 +65,7 @@ type memberHealth struct {
 	ejectWhy      string    // why it was ejected
 	benchWhy      string    // why its probes bench it, "" when they do not
 	ejectUntil    time.Time // the least end of the current ejection
+	ejectedAt     time.Time // the start of the current or last ejection
 	ejections     int       // ejections not yet forgiven: the backoff's exponent
 	totalEjected  uint64
 	readmissions  uint64

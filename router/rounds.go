@@ -176,8 +176,9 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64, probed bool) {
 	// rest in the pool): a benched member beyond it is judged, and
 	// readmitted, like any member in the pool.
 	benched := unfit[:min(len(unfit), (len(reachable)-1)/2)]
-	ejected := r.ejectionsLocked(reachable, benched, now, probed)
 	if r.kind == leastCostKind {
+		// Before the ejections: the judge's verdicts are least_cost's
+		// latency rule.
 		costs := make([]*readCost, 0, len(reachable))
 		for _, h := range r.roster().health {
 			h.cost.fitLocked()
@@ -187,6 +188,7 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64, probed bool) {
 		}
 		judgeRound(costs)
 	}
+	ejected := r.ejectionsLocked(reachable, benched, now, probed)
 	next := r.buildSnapshot(leader, reachable, ejected, unfit, sticky)
 	r.eventsLocked(prev, next, leaderUnsure)
 	r.snap.Store(next)

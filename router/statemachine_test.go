@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -433,8 +434,8 @@ func (m *machine) idle(t *rapid.T) {
 // quick does not eject it on latency.
 func (m *machine) quickReads(t *rapid.T) {
 	reachable := m.reachable()
-	if len(reachable) == 0 {
-		return
+	if len(reachable) == 0 || m.r.kind == leastCostKind {
+		return // least_cost judges a member against its own baseline: baselineReads, slowReads
 	}
 	ro := m.r.roster()
 	i := rapid.SampledFrom(reachable).Draw(t, "member")
@@ -467,8 +468,8 @@ func (m *machine) quickReads(t *rapid.T) {
 // its run was complete already, held back by the minority cap).
 func (m *machine) edgeReads(t *rapid.T) {
 	reachable := m.reachable()
-	if len(reachable) < 2 {
-		return
+	if len(reachable) < 2 || m.r.kind == leastCostKind {
+		return // least_cost judges a member against its own baseline: baselineReads, slowReads
 	}
 	ro := m.r.roster()
 	i := rapid.SampledFrom(reachable).Draw(t, "member")
@@ -519,6 +520,105 @@ func (m *machine) edgeReads(t *rapid.T) {
 	if !wasOut && !due && h.totalEjected > before && h.ejectWhy == outLatency {
 		t.Fatalf("member %d ejected on latency after rounds whose reads took %v against the others' %v", i, edge, base)
 	}
+}
+
+// baselineReads runs rounds in which every reachable member's reads take
+// what its own baseline predicts (least_cost): no member that the judge did
+// not already find failing leaves the pool on latency, and the judge's
+// evidence against every member falls or stays at 0.
+func (m *machine) baselineReads(t *rapid.T) {
+	if m.r.kind != leastCostKind {
+		return
+	}
+	reachable := m.reachable()
+	ro := m.r.roster()
+	m.r.round(context.Background(), true) // judges the reads that ended before the step
+	for range rapid.IntRange(1, 6).Draw(t, "baseline rounds") {
+		type before struct {
+			failing, out bool
+			excess       float64
+			ejections    uint64
+		}
+		was := map[int]before{}
+		predicted := map[int]time.Duration{}
+		m.r.mu.Lock()
+		for _, i := range reachable {
+			h := ro.health[i]
+			was[i] = before{h.cost.judge.failing, h.ejected, h.cost.judge.excess, h.totalEjected}
+			if base, perRead, ok := h.cost.judge.baseline.line(math.Inf(1)); ok {
+				// One read at a time, beside the picks the machine holds.
+				predicted[i] = time.Duration(base + perRead*float64(h.inflight.Load()+1))
+			}
+		}
+		m.r.mu.Unlock()
+		for _, i := range reachable {
+			if d := predicted[i]; d > 0 {
+				m.readsOn(t, i, 2, d)
+			}
+		}
+		m.r.round(context.Background(), true)
+		m.r.mu.Lock()
+		for _, i := range reachable {
+			h, b := ro.health[i], was[i]
+			if _, ok := predicted[i]; !ok || h.busy.Load() > 0 {
+				continue
+			}
+			if !b.failing && !b.out && h.totalEjected > b.ejections && h.ejectWhy == outLatency {
+				m.r.mu.Unlock()
+				t.Fatalf("member %d ejected on latency in a round whose reads took what its baseline predicts", i)
+			}
+			if h.cost.judge.excess > b.excess {
+				m.r.mu.Unlock()
+				t.Fatalf("member %d's excess rose from %.2f to %.2f on reads as its baseline predicts", i, b.excess, h.cost.judge.excess)
+			}
+		}
+		m.r.mu.Unlock()
+	}
+}
+
+// slowReads makes one member's reads nine times what its baseline predicts
+// while the others read as theirs predict (least_cost): the judge finds it
+// failing within four rounds (the godoc derives three at two reads a
+// round).
+func (m *machine) slowReads(t *rapid.T) {
+	if m.r.kind != leastCostKind {
+		return
+	}
+	reachable := m.reachable()
+	if len(reachable) < 2 {
+		return
+	}
+	ro := m.r.roster()
+	slow := rapid.SampledFrom(reachable).Draw(t, "slow member")
+	m.r.round(context.Background(), true)
+	predicted := map[int]time.Duration{}
+	m.r.mu.Lock()
+	for _, i := range reachable {
+		h := ro.health[i]
+		if base, perRead, ok := h.cost.judge.baseline.line(math.Inf(1)); ok && h.cost.judge.baseline.w >= baselineMinWeight && h.busy.Load() == 0 {
+			predicted[i] = time.Duration(base + perRead*float64(h.inflight.Load()+1))
+		}
+	}
+	m.r.mu.Unlock()
+	if predicted[slow] <= 0 || len(predicted) < 2 {
+		return // no baseline to judge against, or nobody to compare with
+	}
+	for k := 1; k <= 4; k++ {
+		for i, d := range predicted {
+			if i == slow {
+				d *= 9
+			}
+			m.readsOn(t, i, 2, d)
+		}
+		m.r.round(context.Background(), true)
+		m.r.mu.Lock()
+		failing := ro.health[slow].cost.judge.failing
+		m.r.mu.Unlock()
+		if failing {
+			return
+		}
+	}
+	t.Fatalf("member %d, nine times slower than its baseline, not found failing in 4 rounds", slow)
 }
 
 // reachable returns the router's reachable members.
@@ -672,6 +772,7 @@ func (m *machine) steps(t *rapid.T, n int) {
 		"setMembers": m.setMembers, "busy": m.busy, "endBusy": m.endBusy, "hedge": m.hedge, "advance": m.advance,
 		"observeTerm": m.observeTerm, "unsettle": m.unsettle, "unanswered": m.unanswered, "stall": m.stall, "calm": m.calm,
 		"errorBurst": m.errorBurst, "idle": m.idle, "quickReads": m.quickReads, "edgeReads": m.edgeReads,
+		"baselineReads": m.baselineReads, "slowReads": m.slowReads,
 	}
 	names := slices.Sorted(func(yield func(string) bool) {
 		for k := range actions {
