@@ -22,14 +22,26 @@ import (
 // process took it between the pick and the bind.
 var errPortTaken = errors.New("testbed: port taken")
 
+// errLeaderNotMoved: the topology's leader did not win the elections a
+// leader move brought about.
+var errLeaderNotMoved = errors.New("testbed: leader not moved")
+
 // retryPortTaken runs start up to three times while it fails because a
 // picked port was taken.
 func retryPortTaken[C any](start func() (C, error)) (C, error) {
+	return retryStart(start, func(err error) bool { return errors.Is(err, errPortTaken) })
+}
+
+// retryStart runs start up to three times while it fails with an error
+// retryable says a fresh start may not meet; each failure but the last is
+// told on stderr, so that none passes unseen.
+func retryStart[C any](start func() (C, error), retryable func(error) bool) (C, error) {
 	for attempt := 1; ; attempt++ {
 		c, err := start()
-		if err == nil || !errors.Is(err, errPortTaken) || attempt == 3 {
+		if err == nil || !retryable(err) || attempt == 3 {
 			return c, err
 		}
+		fmt.Fprintf(os.Stderr, "testbed: start attempt %d failed, starting afresh: %v\n", attempt, err)
 	}
 }
 

@@ -180,8 +180,9 @@ func (c *cluster) ResetClientsAfterReply(i int, on bool) {
 	c.setNet(func(n *netState) { n.Extra[i].ResetClientsAfterReply = on })
 }
 
-// Pause freezes member i's server process (SIGSTOP): its TCP connections
-// stay open and its kernel still accepts new ones; nothing answers. An etcd
+// Pause freezes member i's server process (SIGSTOP) and returns once every
+// thread of it has stopped: its TCP connections stay open and its kernel
+// still accepts new ones; nothing answers. An etcd
 // member's proxies run in its process and freeze with it; a ZooKeeper
 // server's run apart and keep accepting.
 func (c *cluster) Pause(i int) error { return c.nodes[i].pause() }
@@ -242,6 +243,7 @@ func (c *cluster) heal(ctx context.Context, leader int, restart, moveLeader func
 // by myid, so a server may never win).
 func moveLeader(ctx context.Context, size, to int, target string, waitLeader func(context.Context) (int, error), handOver func(ctx context.Context, from int) error) error {
 	prev, missed := -1, 0
+	var elected []int // the leaders seen, for the error
 	for {
 		cur, err := waitLeader(ctx)
 		if err != nil {
@@ -250,9 +252,10 @@ func moveLeader(ctx context.Context, size, to int, target string, waitLeader fun
 		if cur == to {
 			return nil
 		}
+		elected = append(elected, cur)
 		if prev >= 0 && cur != prev {
 			if missed++; missed >= 2*size {
-				return fmt.Errorf("testbed: %s did not win an election: %w", target, ErrNoLeader)
+				return fmt.Errorf("testbed: %s did not win an election (leaders by index, in turn: %v): %w: %w", target, elected, ErrNoLeader, errLeaderNotMoved)
 			}
 		}
 		if err := handOver(ctx, cur); err != nil {

@@ -2,11 +2,13 @@ package testbed
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"strings"
@@ -171,6 +173,55 @@ func signalProcess(name string, pid int, sig syscall.Signal) error {
 		return fmt.Errorf("testbed: signal %s: %w", name, err)
 	}
 	return nil
+}
+
+// waitStopped returns once every thread of process pid has stopped (a
+// SIGSTOP is delivered to each thread as it next runs: on a loaded host a
+// JVM thread can still answer a request just after kill returns), or has
+// ended; it gives up after 5 s.
+func waitStopped(name string, pid int) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		stopped, err := allThreadsStopped(pid)
+		if err != nil || stopped {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testbed: %s (pid %d) not stopped 5 s after SIGSTOP", name, pid)
+		}
+		time.Sleep(time.Millisecond) // polling the kernel's view of the process
+	}
+}
+
+// allThreadsStopped reads each thread's state from /proc/pid/task/*/stat:
+// stopped (T, t) or dead (Z, X) for every one. A process that has gone
+// counts as stopped: there is nothing left to answer.
+func allThreadsStopped(pid int) (bool, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if errors.Is(err, fs.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("testbed: threads of pid %d: %w", pid, err)
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			continue // the thread ended
+		}
+		// The state follows the command, which is in parentheses and may
+		// hold spaces or parentheses of its own.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) {
+			return false, fmt.Errorf("testbed: unreadable %s", stat)
+		}
+		switch stat[i+2] {
+		case 'T', 't', 'Z', 'X':
+		default:
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // awaitReady waits for a child's ready line.

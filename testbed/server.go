@@ -93,7 +93,11 @@ func (s *server) pause() error {
 		close(frozen)
 	}
 	s.mu.Unlock()
-	if err := signalProcess(s.name, p.pid(), syscall.SIGSTOP); err != nil {
+	err := signalProcess(s.name, p.pid(), syscall.SIGSTOP)
+	if err == nil {
+		err = waitStopped(s.name, p.pid())
+	}
+	if err != nil {
 		if mark {
 			s.mu.Lock()
 			if s.frozen == frozen {

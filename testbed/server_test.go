@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -146,5 +147,30 @@ func TestNothingLeftInTmp(t *testing.T) {
 		if !slices.Contains(before, p) {
 			t.Errorf("left behind: %s", p)
 		}
+	}
+}
+
+// A pause returns only once every thread has stopped: a JVM thread still
+// to be scheduled could otherwise answer a request sent just after it.
+func TestWaitStoppedSeesEveryThreadStop(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if stopped, err := allThreadsStopped(cmd.Process.Pid); stopped || err != nil {
+		t.Fatalf("a spinning process reads as stopped: %v %v", stopped, err)
+	}
+	if err := syscall.Kill(cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitStopped("sh", cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(cmd.Process.Pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if stopped, _ := allThreadsStopped(cmd.Process.Pid); stopped {
+		t.Fatal("a continued process reads as stopped")
 	}
 }

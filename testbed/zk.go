@@ -114,7 +114,11 @@ type ZKServer struct {
 // StartZK starts an ensemble and returns once every server serves and the
 // topology's leader leads.
 func StartZK(ctx context.Context, opts ZKOptions) (*ZKCluster, error) {
-	return retryPortTaken(func() (*ZKCluster, error) { return startZK(ctx, opts) })
+	// ZooKeeper elects by zxid, then myid: a fresh ensemble whose leader
+	// would not move (a server that kept losing) is started afresh.
+	return retryStart(func() (*ZKCluster, error) { return startZK(ctx, opts) }, func(err error) bool {
+		return errors.Is(err, errPortTaken) || errors.Is(err, errLeaderNotMoved)
+	})
 }
 
 func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
@@ -154,6 +158,9 @@ func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
 	c.net = &netState{Topo: opts.Topology, Extra: make([]linkExtra, n), IDs: ids}
 	defer func() {
 		if err != nil {
+			if len(c.servers) > 0 {
+				err = fmt.Errorf("%w\n%s", err, c.serverErrors()) // the servers' side, before Close removes their logs
+			}
 			c.Close()
 		}
 	}()
