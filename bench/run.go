@@ -56,6 +56,11 @@ type Result struct {
 	ServerCPU float64 `json:"server_cpu_cores,omitempty"`
 	// CPUMode is how the trial shared the host's CPU (CPUMode).
 	CPUMode string `json:"cpu_mode,omitempty"`
+	// Topology names the topology the trial ran on ("default",
+	// "three-zones", a file's name; Options.TopologyName), "" for an
+	// external cluster. With CPUMode it tells apart the records of the
+	// dominance grid's layouts and CPU modes.
+	Topology string `json:"topology,omitempty"`
 
 	// Traffic is the bytes the test bed's proxies forwarded over the
 	// measurement window, nil when unknown: a cluster not on the test bed,

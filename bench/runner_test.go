@@ -187,6 +187,9 @@ func TestPlanBackends(t *testing.T) {
 			t.Errorf("read-size on zk keeps range variant %q", v.label)
 		}
 	}
+	if len(ps.variants) != 5 {
+		t.Errorf("read-size on zk: %d variants, want the 5 value sizes", len(ps.variants))
+	}
 	w := DefaultWorkload()
 	w.RangeSize = 10
 	zr, _ = NewRunner(Options{Backend: ZooKeeper{}, Workload: w, Set: map[string]bool{"range-size": true}})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -30,6 +31,10 @@ const (
 	ScenarioUneven     = "uneven"
 	ScenarioKubernetes = "kubernetes"
 	ScenarioAll        = "all"
+	// ScenarioDominance and ScenarioZKDominance are the grid that decides
+	// the default policy; they are long and not part of ScenarioAll.
+	ScenarioDominance   = "dominance"
+	ScenarioZKDominance = "zk-dominance"
 )
 
 // KubernetesWorkers is the kubernetes scenario's concurrency: the paper's
@@ -79,6 +84,10 @@ type scenarioDef struct {
 	// whose members have these CPU budgets (etcd; --member-cpu replaces
 	// them), stopped when the scenario ends.
 	memberCPUs []float64
+	// dominance marks the grid that decides the default policy: its
+	// tables end with the dominance summary (DominanceMarkdown), and
+	// cmd/routebench runs it on every layout and CPU mode (SpansGrid).
+	dominance bool
 }
 
 func mix(ratio float64) variant {
@@ -238,6 +247,19 @@ func scenarioDefs(l layout) map[string]scenarioDef {
 			},
 			notes: []string{fmt.Sprintf("%d closed-loop workers on two shared cores: far past saturation, so latencies are mostly queueing.", KubernetesWorkers)},
 		},
+		{
+			name: ScenarioDominance, desc: "the grid that decides the default: 8 policies, least_cost among them, at 8/32/128 workers × 80/20, 50/50, 100 % reads, 100-key ranges; one command runs it on both layouts × both CPU modes (about 4.2 h)",
+			policies: []string{Stock, Pinned, router.RoundRobin, router.LeaderOnly, router.Boltzmann, router.Hybrid, HybridP2C, router.LeastCost}, baseline: Stock,
+			variants: dominanceGrid(dominanceWorkers, dominanceMixes), metrics: dominanceMetrics, dominance: true,
+			notes: []string{"A cell of the dominance grid; the summary after the grid's tables compares least_cost and hybrid with the best of the others."},
+		},
+		{
+			name: ScenarioZKDominance, desc: "ZooKeeper's part of the dominance grid: 7 policies at 8/32 workers, 80/20 (about 40 min over the grid)",
+			backend:  "zk",
+			policies: []string{router.RoundRobin, router.Sticky, router.LeaderOnly, router.Boltzmann, router.Hybrid, HybridP2C, router.LeastCost}, baseline: router.RoundRobin,
+			variants: dominanceGrid([]int{8, 32}, dominanceMixes[:1]), metrics: dominanceMetrics, dominance: true,
+			notes: []string{"A cell of the dominance grid; the summary after the grid's tables compares least_cost and hybrid with the best of the others. A linearizable read is sync() then the read."},
+		},
 	}
 	out := map[string]scenarioDef{}
 	for _, d := range defs {
@@ -337,6 +359,68 @@ func kubeMix(ratio float64) variant {
 	return v
 }
 
+// The dominance grid's worker counts and mixes.
+var (
+	dominanceWorkers = []int{8, 32, 128}
+	dominanceMixes   = []dominanceMix{
+		{"80/20", 0.8, 256, 1},
+		{"50/50", 0.5, 256, 1},
+		{"100/0", 1, 256, 1},
+		{"100/0, ranges of 100 keys", 1, 256, 100},
+	}
+)
+
+// dominanceMix is a mix of the dominance grid: the share of linearizable
+// reads, the values' size and the keys a read returns.
+type dominanceMix struct {
+	label     string
+	readRatio float64
+	valueSize int
+	rangeSize int
+}
+
+// dominanceGrid is every worker count at every mix, each variant setting
+// all four fields (so that a flag the user sets for any of them runs one
+// cell, as given).
+func dominanceGrid(workerCounts []int, mixes []dominanceMix) []variant {
+	var vs []variant
+	for _, n := range workerCounts {
+		for _, m := range mixes {
+			vs = append(vs, variant{fmt.Sprintf("%d workers, %s", n, m.label), []string{"workers", "read-ratio", "value-size", "range-size"}, func(w *Workload) {
+				w.Workers, w.ReadRatio, w.ValueSize, w.RangeSize = n, m.readRatio, m.valueSize, m.rangeSize
+			}})
+		}
+	}
+	return vs
+}
+
+// dominanceMetrics are the dominance grid's rows; write latencies read –
+// in a cell without writes.
+func dominanceMetrics(int) []Metric {
+	return []Metric{ReadP50, ReadP99, whenWrites(WriteP50), whenWrites(WriteP99), Throughput, Errors, ClientCPU, ServerCPU, CrossZoneBytesPerOp, ClientCrossZoneBytesPerOp, PeerCrossZoneBytesPerOp}
+}
+
+// whenWrites is m, undefined (–) for a trial that wrote nothing: a 100 %
+// read mix has no write latency, not one of 0 ms.
+func whenWrites(m Metric) Metric {
+	get := m.Get
+	m.Get = func(r Result) float64 {
+		if r.Writes == 0 {
+			return math.NaN()
+		}
+		return get(r)
+	}
+	return m
+}
+
+// SpansGrid reports whether scenario is part of the dominance grid, which
+// cmd/routebench runs on every layout (the default topology, three zones)
+// and CPU mode (budgets, shared cores) unless --topology or --member-cpu
+// picks one.
+func SpansGrid(scenario string) bool {
+	return scenarioDefs(layoutOf(nil))[scenario].dominance
+}
+
 func workers(n int) variant {
 	return variant{fmt.Sprintf("%d workers", n), []string{"workers"}, func(w *Workload) { w.Workers = n }}
 }
@@ -421,10 +505,13 @@ func Describe() string {
 	var b strings.Builder
 	for _, n := range append([]string{ScenarioQuick}, Scenarios()...) {
 		d := defs[n]
-		fmt.Fprintf(&b, "  %-11s %s (%s)\n", n, d.desc, paperRef(d.section))
+		fmt.Fprintf(&b, "  %-12s %s (%s)\n", n, d.desc, paperRef(d.section))
 	}
-	fmt.Fprintf(&b, "  %-11s every scenario above but quick\n", ScenarioAll)
-	fmt.Fprintf(&b, "  %-11s what a fleet of clients costs the cluster (probes, members' CPU) and its failover; alone\n", ScenarioFleet)
+	fmt.Fprintf(&b, "  %-12s every scenario above but quick\n", ScenarioAll)
+	for _, n := range []string{ScenarioDominance, ScenarioZKDominance} {
+		fmt.Fprintf(&b, "  %-12s %s (not in all)\n", n, defs[n].desc)
+	}
+	fmt.Fprintf(&b, "  %-12s what a fleet of clients costs the cluster (probes, members' CPU) and its failover; alone\n", ScenarioFleet)
 	return b.String()
 }
 
@@ -437,7 +524,7 @@ func expand(names []string) ([]string, error) {
 			continue
 		}
 		if _, ok := defs[n]; !ok {
-			return nil, fmt.Errorf("%w: %q (want %s, %s or %s)", ErrUnknownScenario, n, ScenarioQuick, strings.Join(Scenarios(), ", "), ScenarioAll)
+			return nil, fmt.Errorf("%w: %q (want %s, %s, %s, %s or %s)", ErrUnknownScenario, n, ScenarioQuick, strings.Join(Scenarios(), ", "), ScenarioDominance, ScenarioZKDominance, ScenarioAll)
 		}
 		if !slices.Contains(out, n) {
 			out = append(out, n)

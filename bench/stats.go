@@ -179,6 +179,10 @@ type Comparison struct {
 	// CPU says how the run shared the host's CPU (CPUMode); "" for a
 	// cluster not on the test bed.
 	CPU string `json:",omitempty"`
+	// Topology names the topology it ran on (Options.TopologyName); ""
+	// for a cluster not on the test bed. The title names it and the CPU
+	// mode when set.
+	Topology string `json:",omitempty"`
 }
 
 // Summary returns policy's metric over its trials.
@@ -192,8 +196,13 @@ func (c *Comparison) Summary(policy string, m Metric) Summary {
 
 // Ratio returns policy/baseline for m, paired trial by trial.
 func (c *Comparison) Ratio(policy string, m Metric) Summary {
+	return c.RatioTo(policy, c.Baseline, m)
+}
+
+// RatioTo returns policy/ref for m, paired trial by trial.
+func (c *Comparison) RatioTo(policy, ref string, m Metric) Summary {
 	var xs []float64
-	a, b := c.Trials[policy], c.Trials[c.Baseline]
+	a, b := c.Trials[policy], c.Trials[ref]
 	for k := range min(len(a), len(b)) {
 		if den := m.Get(b[k]); den != 0 && !math.IsNaN(den) {
 			xs = append(xs, m.Get(a[k])/den)
@@ -223,6 +232,9 @@ func (c *Comparison) Markdown() string {
 	title := c.Scenario
 	if c.Variant != "" {
 		title += " · " + c.Variant
+	}
+	if c.Topology != "" {
+		title += " · " + c.setup()
 	}
 	fmt.Fprintf(&b, "#### %s", title)
 	if c.Section != "" {
@@ -283,6 +295,22 @@ func (c *Comparison) Markdown() string {
 		b.WriteString("\nEjections from the read pool per member (m0/m1/…) over each trial, warm-up included: " + e + ".\n")
 	}
 	return b.String()
+}
+
+// setup names the layout and CPU mode the comparison ran on:
+// "three-zones topology, shared cores".
+func (c *Comparison) setup() string {
+	var parts []string
+	if c.Topology != "" {
+		parts = append(parts, c.Topology+" topology")
+	}
+	if n := CPUModeName(c.CPU); n != "" {
+		parts = append(parts, n)
+	}
+	if len(parts) == 0 {
+		return "external cluster"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // ejections lists each routed policy's ejections per member, trial by
