@@ -214,6 +214,9 @@ func (r *Runner) plan(name string) (plannedScenario, error) {
 	if def.trials > 0 && !r.opts.Set["trials"] {
 		ps.trials = def.trials
 	}
+	if def.duration > 0 && !r.opts.Set["duration"] {
+		ps.workload.Duration = def.duration
+	}
 	if def.failover {
 		if !r.opts.Set["trials"] {
 			ps.trials = 1 // representative runs, as in the paper

@@ -35,6 +35,17 @@ const (
 	// the default policy; they are long and not part of ScenarioAll.
 	ScenarioDominance   = "dominance"
 	ScenarioZKDominance = "zk-dominance"
+	// ScenarioSoak measures the read pool's false ejections on a healthy
+	// cluster at load, hybrid's rule against least_cost's; long, and not
+	// part of ScenarioAll.
+	ScenarioSoak = "soak"
+)
+
+// Soak is the soak scenario's load and length: 32 closed-loop workers,
+// 80/20, three trials of 10 minutes per policy (half an hour each).
+const (
+	SoakWorkers  = 32
+	SoakDuration = 10 * time.Minute
 )
 
 // KubernetesWorkers is the kubernetes scenario's concurrency: the paper's
@@ -80,6 +91,9 @@ type scenarioDef struct {
 	// trials, when set, replaces the default trial count (not --trials):
 	// a comparison that must resolve 2 % needs more pairs.
 	trials int
+	// duration, when set, replaces the default measured time per trial
+	// (not --duration).
+	duration time.Duration
 	// memberCPUs, when set, runs the scenario on a cluster of its own
 	// whose members have these CPU budgets (etcd; --member-cpu replaces
 	// them), stopped when the scenario ends.
@@ -224,6 +238,16 @@ func scenarioDefs(l layout) map[string]scenarioDef {
 			prepare: degrade(degradedMember, 8*time.Millisecond, 2*time.Millisecond),
 			cleanup: degrade(degradedMember, 0, 0),
 			notes:   []string{"sticky is the stock ZooKeeper client's shape: one session on one server (pinned to the same-zone follower, as in the paper), writes forwarded from there."},
+		},
+		{
+			name: ScenarioSoak, desc: fmt.Sprintf("false ejections on a healthy cluster at load: %d workers, 80/20, hybrid vs least_cost, 3 trials of %v each (about an hour)", SoakWorkers, SoakDuration),
+			policies: []string{router.Hybrid, router.LeastCost}, baseline: router.Hybrid,
+			variants: []variant{{fmt.Sprintf("%d workers, 80/20", SoakWorkers), []string{"workers", "read-ratio"}, func(w *Workload) { w.Workers, w.ReadRatio = SoakWorkers, 0.8 }}},
+			duration: SoakDuration,
+			metrics: func(int) []Metric {
+				return []Metric{EjectionsPerMemberHour, OutOfPoolPct, VerdictsPerMemberHour, ReadP50, ReadP99, WriteP50, Throughput, Errors, ClientCPU, ServerCPU}
+			},
+			notes: []string{"Every member is healthy: each ejection is a false one. Out of pool is sampled every 100 ms over the measured window; verdicts are least_cost's baseline judge's (it ejects on them). Run it on both layouts (--topology three-zones) and backends (--backend zk)."},
 		},
 		tailScenario(ScenarioTail, "", degradedMember),
 		tailScenario(ScenarioZKTail, "zk", degradedMember),
@@ -508,7 +532,7 @@ func Describe() string {
 		fmt.Fprintf(&b, "  %-12s %s (%s)\n", n, d.desc, paperRef(d.section))
 	}
 	fmt.Fprintf(&b, "  %-12s every scenario above but quick\n", ScenarioAll)
-	for _, n := range []string{ScenarioDominance, ScenarioZKDominance} {
+	for _, n := range []string{ScenarioDominance, ScenarioZKDominance, ScenarioSoak} {
 		fmt.Fprintf(&b, "  %-12s %s (not in all)\n", n, defs[n].desc)
 	}
 	fmt.Fprintf(&b, "  %-12s what a fleet of clients costs the cluster (probes, members' CPU) and its failover; alone\n", ScenarioFleet)
@@ -524,7 +548,7 @@ func expand(names []string) ([]string, error) {
 			continue
 		}
 		if _, ok := defs[n]; !ok {
-			return nil, fmt.Errorf("%w: %q (want %s, %s, %s, %s or %s)", ErrUnknownScenario, n, ScenarioQuick, strings.Join(Scenarios(), ", "), ScenarioDominance, ScenarioZKDominance, ScenarioAll)
+			return nil, fmt.Errorf("%w: %q (want %s, %s, %s, %s, %s or %s)", ErrUnknownScenario, n, ScenarioQuick, strings.Join(Scenarios(), ", "), ScenarioDominance, ScenarioZKDominance, ScenarioSoak, ScenarioAll)
 		}
 		if !slices.Contains(out, n) {
 			out = append(out, n)

@@ -100,6 +100,40 @@ func trafficPerOp(name string, bytes func(Traffic) uint64) Metric {
 	}}
 }
 
+// The read pool's judgement over the measured window, per member-hour
+// (every member counted, the leader too): ejections, and least_cost's
+// judge's verdicts; and the share of member-time out of the pool. – for a
+// client without a router.
+var (
+	EjectionsPerMemberHour = Metric{Name: "Ejections / member-hour", Decimals: 2, Get: func(r Result) float64 {
+		return perMemberHour(r.WindowEjectionsByMember, r.WindowS)
+	}}
+	VerdictsPerMemberHour = Metric{Name: "Judge verdicts / member-hour", Decimals: 2, Get: func(r Result) float64 {
+		return perMemberHour(r.VerdictsByMember, r.WindowS)
+	}}
+	OutOfPoolPct = Metric{Name: "Out of pool (% of member-time)", Decimals: 3, Share: true, Get: func(r Result) float64 {
+		if len(r.OutOfPoolByMember) == 0 {
+			return math.NaN()
+		}
+		sum := 0.0
+		for _, s := range r.OutOfPoolByMember {
+			sum += s
+		}
+		return 100 * sum / float64(len(r.OutOfPoolByMember))
+	}}
+)
+
+func perMemberHour(counts []uint64, windowS float64) float64 {
+	if len(counts) == 0 || windowS <= 0 {
+		return math.NaN()
+	}
+	var n uint64
+	for _, c := range counts {
+		n += c
+	}
+	return float64(n) / (float64(len(counts)) * windowS / 3600)
+}
+
 // ExtraReads is the hedges sent as a percentage of the reads done.
 var ExtraReads = Metric{Name: "Extra reads (%)", Decimals: 2, Share: true, Get: func(r Result) float64 {
 	if r.Reads == 0 {

@@ -158,3 +158,19 @@ func TestCrossZonePerOp(t *testing.T) {
 		t.Errorf("cross-zone row:\n%s", md)
 	}
 }
+
+func TestPoolJudgementPerMemberHour(t *testing.T) {
+	r := Result{WindowEjectionsByMember: []uint64{0, 3, 0}, VerdictsByMember: []uint64{1, 1, 1}, OutOfPoolByMember: []float64{0, 0.3, 0}, WindowS: 1800}
+	if got := EjectionsPerMemberHour.Get(r); got != 2 {
+		t.Errorf("ejections per member-hour %v, want 2 (3 in 1.5 member-hours)", got)
+	}
+	if got := VerdictsPerMemberHour.Get(r); got != 2 {
+		t.Errorf("verdicts per member-hour %v, want 2", got)
+	}
+	if got := OutOfPoolPct.Get(r); math.Abs(got-10) > 1e-9 {
+		t.Errorf("out of pool %v %%, want 10", got)
+	}
+	if got := EjectionsPerMemberHour.Get(Result{}); !math.IsNaN(got) {
+		t.Errorf("a client without a router: %v, want NaN (–)", got)
+	}
+}
