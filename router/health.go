@@ -124,7 +124,9 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 // member keeps its ejection and is judged again once its probes recover.
 // At most a minority of the reachable members is out of the pool (benched
 // ones included); the most severe keep the places, the incumbent on a tie.
-// Only hybrid has a read pool: under the other policies nobody is ejected.
+// Only hybrid and least_cost have a read pool: under the other policies
+// nobody is ejected. Under least_cost the latency rule is its baseline
+// judge's (judgeRound); the rest is as above.
 // Caller must hold r.mu.
 func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed bool) []int {
 	if !r.kind.pooled() {
@@ -193,11 +195,11 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 			fresh := h.freshInLine.Load() >= int64(r.cfg.ReadmitSamples)
 			if r.kind == leastCostKind && h.ejectWhy == outLatency {
 				// Back once its own baseline judge no longer finds it
-				// failing; or, out MaxEjection with reads in line with
-				// the pool, with its baseline forgotten (readmitLocked):
-				// a member slower for good is where it is, and the cost
-				// model places reads by it.
-				fresh = !h.cost.judge.failing || (fresh && now.Sub(h.ejectedAt) >= r.cfg.MaxEjection)
+				// failing; or, out MaxEjection with its probes in line,
+				// with its baseline forgotten (readmitLocked): a member
+				// slower for good is where it is, and the cost model keeps
+				// reads off it while it is dear.
+				fresh = !h.cost.judge.failing || now.Sub(h.ejectedAt) >= r.cfg.MaxEjection
 			}
 			if now.Before(h.ejectUntil) || !probeOK || !fresh {
 				out = append(out, candidate{i: i, was: true, severity: r.severity(h, rounds[i].signal, h.ejectWhy, median, probeMedian), why: h.ejectWhy})
@@ -255,11 +257,9 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 			why = outFailures
 		case r.failingMore(i, shares):
 			why = outFailures
-		case r.kind == leastCostKind:
-			if h.cost.judge.failing {
-				why = outLatency // judged against its own baseline (judgeRound), not the others' median
-			}
-		case h.slowReadRounds >= r.cfg.EjectRounds:
+		case r.kind == leastCostKind && h.cost.judge.failing:
+			why = outLatency // judged against its own baseline (judgeRound), not the others' median
+		case r.kind != leastCostKind && h.slowReadRounds >= r.cfg.EjectRounds:
 			why = outLatency
 		case h.slowProbeRounds >= r.cfg.EjectRounds:
 			why = outProbeRTT

@@ -155,6 +155,12 @@ func (p Pick) Done(o Outcome) {
 				h.freshInLine.Store(0)
 			}
 		}
+		if timed && r.kind == leastCostKind && p.op == LinearizableRead && !p.hedge {
+			// A member that fails fast keeps few reads in flight and
+			// would look cheapest: a failure costs what four reads there
+			// are expected to, at the least.
+			h.cost.record(p.queued, max(latency, time.Duration(4*h.cost.expected(p.queued))))
+		}
 		if timed && r.kind == boltzmannKind {
 			// Errors inflate the estimate so that traffic shifts away.
 			h.all.Add(max(latency, 4*h.all.Value(), 10*r.cfg.InitialLatency))

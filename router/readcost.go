@@ -43,30 +43,32 @@ import (
 // client's own reads in flight, as in Finagle's peak EWMA (latency × (in
 // flight + 1)), since a member reports none, and the penalty is the
 // queue's cost to the reads behind it. Prequal (NSDI '24) places by
-// requests in flight and latency together and keeps probing: every pool
-// member gets ProbeShare of the reads whatever its cost, so that each
-// model stays fresh. Unlike either, the base is fitted per member rather
+// requests in flight and latency together and keeps probing: ProbeShare of
+// the reads go to a pool member drawn uniformly whatever its cost (each of
+// n members gets ProbeShare ÷ n of them), so that each model stays fresh. Unlike either, the base is fitted per member rather
 // than taken as equal, so a leader beside the client, whose reads skip the
 // ReadIndex hop, keeps the reads until its queue costs more than that hop.
 //
 // Done feeds the running sums lock-free; the round folds them into the fit
 // (fitLocked) and publishes base and perRead for Pick.
 type readCost struct {
-	// Running sums over the reads that ended, fed by Done: count, Σx, Σy
-	// (ns), Σx², Σxy, and Σy² (µs², for the judge's noise). Unsigned and
-	// wrapping: only differences are read.
-	n, sx, sy, sxx, sxy, syy atomic.Uint64
-	// Published by the round for Pick: float64 bits, in nanoseconds. known
-	// is false until the fit holds costMinWeight reads.
-	base, perRead atomic.Uint64
-	known         atomic.Bool
+	// Running sums over the reads that ended, fed by Done, latencies in
+	// µs: ny packs the count and Σy as memberHealth.reads does (see
+	// readSumBits), so that a round reads both at one instant; then Σx,
+	// Σx², Σxy and Σy² (the judge's noise), which a read racing the round
+	// may split across two rounds. Unsigned and wrapping: only differences
+	// are read.
+	ny, sx, sxx, sxy, syy atomic.Uint64
+	// line is the fit the round published for Pick, nil until it holds
+	// costMinWeight reads: both numbers of one round.
+	line atomic.Pointer[costLine]
 	// least is the least latency of a read that ended since the last round
-	// (ns; MaxUint64 when none): with the rounds before, the fit's floor.
+	// (µs; MaxUint64 when none): with the rounds before, the fit's floor.
 	least atomic.Uint64
 
 	// Under Router.mu: the sums at the last round, the reads that ended
-	// in the round (count, Σx, Σy, Σx², Σxy, Σy²), and the fit.
-	seen  [6]uint64
+	// in the round (count, Σx, Σy, Σx², Σxy, Σy²; µs), and the fit.
+	seen  [5]uint64
 	round [6]float64
 	fit   costFit
 	// floors are the least latencies of the last len(floors) rounds with
@@ -75,6 +77,10 @@ type readCost struct {
 	floorAt int
 	judge   judgeState
 }
+
+// costLine is a fitted line, in nanoseconds: a read placed with x reads in
+// flight (itself included) takes base + perRead × x.
+type costLine struct{ base, perRead float64 }
 
 const (
 	// costHalfLife is how many of a member's reads halve the weight of the
@@ -98,17 +104,16 @@ const (
 // record feeds one read that took y with x reads in flight (itself
 // included) when it was placed.
 func (c *readCost) record(x int64, y time.Duration) {
-	ux, uy := uint64(x), uint64(max(y, 0))
-	c.n.Add(1)
+	us := uint64(min(max((y+500*time.Nanosecond)/time.Microsecond, 0), readSumMask)) // rounded; capped as memberHealth.reads caps
+	ux := uint64(max(x, 1))
+	c.ny.Add(1<<readSumBits | us)
 	c.sx.Add(ux)
-	c.sy.Add(uy)
 	c.sxx.Add(ux * ux)
-	c.sxy.Add(ux * uy)
-	us := uy / 1e3
+	c.sxy.Add(ux * us)
 	c.syy.Add(us * us)
 	for {
 		old := c.least.Load()
-		if uy >= old || c.least.CompareAndSwap(old, uy) {
+		if us >= old || c.least.CompareAndSwap(old, us) {
 			return
 		}
 	}
@@ -117,10 +122,9 @@ func (c *readCost) record(x int64, y time.Duration) {
 // fitLocked takes the reads that ended since the last round (round),
 // folds them into the fit and publishes it. Caller must hold Router.mu.
 func (c *readCost) fitLocked() {
-	now := [6]uint64{c.n.Load(), c.sx.Load(), c.sy.Load(), c.sxx.Load(), c.sxy.Load(), c.syy.Load()}
-	for k := range now {
-		c.round[k] = float64(now[k] - c.seen[k])
-	}
+	now := [5]uint64{c.ny.Load(), c.sx.Load(), c.sxx.Load(), c.sxy.Load(), c.syy.Load()}
+	n, total := readsSince(c.seen[0], now[0])
+	c.round = [6]float64{float64(n), float64(now[1] - c.seen[1]), float64(total.Microseconds()), float64(now[2] - c.seen[2]), float64(now[3] - c.seen[3]), float64(now[4] - c.seen[4])}
 	c.seen = now
 	d := [5]float64(c.round[:5])
 	if least := c.least.Swap(math.MaxUint64); d[0] > 0 && least != math.MaxUint64 {
@@ -138,19 +142,29 @@ func (c *readCost) fitLocked() {
 	if !ok {
 		return
 	}
-	c.base.Store(math.Float64bits(base))
-	c.perRead.Store(math.Float64bits(perRead))
-	c.known.Store(true)
+	c.line.Store(&costLine{base: base * 1e3, perRead: perRead * 1e3})
 }
 
 // predict returns the cost of a read placed with q reads in flight on the
 // member, in nanoseconds; an unknown member is priced at initial per read in
 // flight.
 func (c *readCost) predict(q int64, initial time.Duration) float64 {
-	if !c.known.Load() {
+	l := c.line.Load()
+	if l == nil {
 		return float64(initial) * float64(q+1)
 	}
-	return math.Float64frombits(c.base.Load()) + math.Float64frombits(c.perRead.Load())*float64(2*q+1)
+	return l.base + l.perRead*float64(2*q+1)
+}
+
+// expected returns the latency the model expects of a read placed with x
+// reads in flight (itself included), in nanoseconds; 0 while it knows
+// nothing.
+func (c *readCost) expected(x int64) float64 {
+	l := c.line.Load()
+	if l == nil {
+		return 0
+	}
+	return l.base + l.perRead*float64(x)
 }
 
 // costFit holds recency-weighted sums of a member's reads: weight, Σx, Σy,

@@ -14,14 +14,15 @@ import (
 // minority cap is how many times slower than its baseline its last round
 // was), and comes back once its least ejection time has passed, its probes
 // are in line and the judge no longer finds it failing; or, out for
-// MaxEjection with reads in line with the pool (hybrid's readmission
-// evidence), with its baseline forgotten, so that a member slower for good
-// is not kept out for ever: the cost model then places reads by it.
+// MaxEjection, with its baseline forgotten, so that a member slower for
+// good is not kept out for ever: the cost model then keeps reads off it
+// while it is dear.
 // Failures and probe verdicts are hybrid's, and so are the invariants.
 //
-// Each member keeps a baseline: the same line as its read-cost fit, but
-// with a long memory (baselineHalfLife reads) and fed only by rounds the
-// judge finds healthy, so that a failure is not learned as the new normal.
+// Each member keeps a baseline: a line like its read-cost fit, but with a
+// long memory (baselineHalfLife reads), no prior slope (no floor: where
+// reads never queued, the line is flat) and fed only by rounds the judge
+// finds healthy, so that a failure is not learned as the new normal.
 // A round's evidence on a member is
 //
 //	z = log(ȳ ÷ ŷ)
@@ -41,18 +42,20 @@ import (
 // round, learned from the member's healthy rounds. The judge is Page's
 // CUSUM over the log-likelihood ratio of the two,
 //
-//	S ← max(0, S + (δ ÷ v)(min(u, judgeClip) − δ/2)),  δ = judgeShift
+//	S ← max(0, S + (δ ÷ v)(clip(u, ±judgeClip) − δ/2)),  δ = judgeShift
 //
-// and finds the member failing while S ≥ judgeThreshold (h). A round's
-// residual counts at most judgeClip, so one stalled round cannot convict
-// alone. Rounds that leave S below h/2 feed the baseline and τ²: learning
+// and finds the member failing from when S reaches judgeThreshold (h) until
+// it falls below h/2. A round's residual counts at most judgeClip either
+// way, and a round adds at most judgeStep (h/3) to S: one stalled round
+// cannot convict alone, nor one fast round acquit. Rounds that leave S below h/2 feed the baseline and τ²: learning
 // only from rounds that leave S at 0 would bias the baseline low.
 //
 // Detection delay: a member k times slower than its baseline adds
-// (δ ÷ v)(min(log k, 3δ) − δ/2) a round; at the degraded follower's +8 ms
-// on 1 ms reads (k ≈ 9) with two reads a round on it (σ² ≈ 0.28, τ² ≈ 0.05,
-// the yardstick's 0.04: v ≈ 0.23) that is 5.2 a round, past h = 12 in 3
-// rounds (0.75 s at the default ProbeInterval). False verdicts: with
+// min((δ ÷ v)(min(log k, 3δ) − δ/2), h/3) a round; at the degraded
+// follower's +8 ms on 1 ms reads (k ≈ 9) with two reads a round on it
+// (σ² ≈ 0.28, τ² ≈ 0.05, the yardstick's 0.04: v ≈ 0.23) that is 5.2,
+// capped at 4, past h = 12 in 3 rounds (0.75 s at the default
+// ProbeInterval). False verdicts: with
 // Gaussian residuals Page's CUSUM first crosses h after about e^h · 2v ÷ δ²
 // healthy rounds (Siegmund's approximation), 11 hours per member at four
 // rounds a second, 0.3 an hour over three members. Latency is not
@@ -62,6 +65,10 @@ const (
 	judgeShift     = math.Ln2
 	judgeClip      = 3 * judgeShift
 	judgeThreshold = 12
+	// judgeStep is the most one round adds to S: convicting takes three
+	// rounds, however sure one round looks (a member whose reads hardly
+	// vary has a small v, and one stalled round would convict it).
+	judgeStep = judgeThreshold / 3
 	// judgeCap bounds S, so that a member healed after a long failure
 	// comes back within a few rounds of reads in line: S falls by about
 	// (δ ÷ v)(δ/2) ≈ 1 a round with reads, and the member is readmitted
@@ -105,8 +112,15 @@ type judgeState struct {
 func (j *judgeState) rebaseline() { *j = judgeState{verdicts: j.verdicts} }
 
 // judgeRound runs one round of the baseline judge over the members' models
-// (their rounds taken by fitLocked). Caller must hold Router.mu.
-func judgeRound(costs []*readCost) {
+// (their rounds taken by fitLocked). A round in which reads failed or
+// stalled on most members (troubled: an election, the whole cluster or the
+// client stalled) judges nobody and teaches nothing: its reads' times are
+// cut short or inflated by what they all shared, and what were cut are
+// lower bounds, not latencies. Caller must hold Router.mu.
+func judgeRound(costs []*readCost, troubled bool) {
+	if troubled {
+		return
+	}
 	type evidence struct {
 		j    *judgeState
 		d    [5]float64
@@ -129,11 +143,10 @@ func judgeRound(costs []*readCost) {
 		if predicted <= 0 {
 			continue
 		}
-		mean := sy / n
+		mean := sy / n // µs, as every sum of the round
 		if n >= 2 {
-			meanUs := mean / 1e3
-			variance := (syy - n*meanUs*meanUs) / (n - 1) // unbiased: a round may hold two reads
-			cv2 := min(max(variance/(meanUs*meanUs), judgeVarFloor), judgeVarCeiling)
+			variance := (syy - n*mean*mean) / (n - 1) // unbiased: a round may hold two reads
+			cv2 := min(max(variance/(mean*mean), judgeVarFloor), judgeVarCeiling)
 			j.readVar = average(j.readVar, readVarPrior, cv2)
 		}
 		judged = append(judged, evidence{j: j, d: d, z: math.Log(mean / predicted), v: or(j.readVar, readVarPrior)/n + or(j.modelVar, modelVarPrior)})
@@ -156,7 +169,8 @@ func judgeRound(costs []*readCost) {
 		v := e.v + 1/othersW
 		j := e.j
 		j.ratio = math.Exp(u)
-		j.excess = min(judgeCap, max(0, j.excess+(judgeShift/v)*(min(u, judgeClip)-judgeShift/2)))
+		step := (judgeShift / v) * (max(min(u, judgeClip), -judgeClip) - judgeShift/2)
+		j.excess = min(judgeCap, max(0, j.excess+min(step, judgeStep)))
 		switch {
 		case j.excess >= judgeThreshold && !j.failing:
 			j.failing = true
@@ -194,9 +208,8 @@ func or(v, def float64) float64 {
 // stats reports the model and the judge's state. Caller must hold Router.mu.
 func (c *readCost) stats() ReadCostStats {
 	st := ReadCostStats{Excess: c.judge.excess / judgeThreshold, Verdicts: c.judge.verdicts}
-	if c.known.Load() {
-		st.Base = time.Duration(math.Float64frombits(c.base.Load()))
-		st.PerRead = time.Duration(math.Float64frombits(c.perRead.Load()))
+	if l := c.line.Load(); l != nil {
+		st.Base, st.PerRead = time.Duration(l.base), time.Duration(l.perRead)
 	}
 	return st
 }
@@ -205,9 +218,9 @@ func (c *readCost) stats() ReadCostStats {
 // non-negative number: Pick weighs members by the model, and a NaN would
 // send every read to the pool's last member. Caller must hold Router.mu.
 func (c *readCost) check() error {
-	values := map[string]float64{
-		"base": math.Float64frombits(c.base.Load()), "per-read": math.Float64frombits(c.perRead.Load()),
-		"excess": c.judge.excess, "read variance": c.judge.readVar, "model variance": c.judge.modelVar,
+	values := map[string]float64{"excess": c.judge.excess, "read variance": c.judge.readVar, "model variance": c.judge.modelVar}
+	if l := c.line.Load(); l != nil {
+		values["base"], values["per-read"] = l.base, l.perRead
 	}
 	for name, v := range values {
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {

@@ -183,10 +183,15 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64, probed bool) {
 		for _, h := range r.roster().health {
 			h.cost.fitLocked()
 		}
+		troubled := 0
 		for _, i := range reachable {
-			costs = append(costs, &r.roster().health[i].cost)
+			h := r.roster().health[i]
+			costs = append(costs, &h.cost)
+			if _, fails, stalls := h.window.delta(); fails > 0 || stalls > 0 {
+				troubled++
+			}
 		}
-		judgeRound(costs)
+		judgeRound(costs, 2*troubled > len(reachable))
 	}
 	ejected := r.ejectionsLocked(reachable, benched, now, probed)
 	next := r.buildSnapshot(leader, reachable, ejected, unfit, sticky)

@@ -530,9 +530,9 @@ func (m *machine) baselineReads(t *rapid.T) {
 	if m.r.kind != leastCostKind {
 		return
 	}
-	reachable := m.reachable()
 	ro := m.r.roster()
 	m.r.round(context.Background(), true) // judges the reads that ended before the step
+	reachable := m.reachable()
 	for range rapid.IntRange(1, 6).Draw(t, "baseline rounds") {
 		type before struct {
 			failing, out bool
@@ -547,7 +547,7 @@ func (m *machine) baselineReads(t *rapid.T) {
 			was[i] = before{h.cost.judge.failing, h.ejected, h.cost.judge.excess, h.totalEjected}
 			if base, perRead, ok := h.cost.judge.baseline.line(math.Inf(1)); ok {
 				// One read at a time, beside the picks the machine holds.
-				predicted[i] = time.Duration(base + perRead*float64(h.inflight.Load()+1))
+				predicted[i] = time.Duration(1e3 * (base + perRead*float64(h.inflight.Load()+1))) // the fit is in µs
 			}
 		}
 		m.r.mu.Unlock()
@@ -557,6 +557,9 @@ func (m *machine) baselineReads(t *rapid.T) {
 			}
 		}
 		m.r.round(context.Background(), true)
+		if !slices.Equal(m.reachable(), reachable) {
+			return // the round changed who is judged
+		}
 		m.r.mu.Lock()
 		for _, i := range reachable {
 			h, b := ro.health[i], was[i]
@@ -578,32 +581,36 @@ func (m *machine) baselineReads(t *rapid.T) {
 
 // slowReads makes one member's reads nine times what its baseline predicts
 // while the others read as theirs predict (least_cost): the judge finds it
-// failing within four rounds (the godoc derives three at two reads a
-// round).
+// failing within five rounds (the godoc derives three at two reads a
+// round; a member whose reads varied more takes longer).
 func (m *machine) slowReads(t *rapid.T) {
 	if m.r.kind != leastCostKind {
 		return
 	}
+	ro := m.r.roster()
+	// A FailureWindow without failures first: a round troubled by the
+	// failures of earlier steps judges nobody.
+	m.clock.Advance(m.r.cfg.FailureWindow)
+	m.r.round(context.Background(), true)
+	m.r.round(context.Background(), true) // judges the reads that ended before the step
 	reachable := m.reachable()
 	if len(reachable) < 2 {
 		return
 	}
-	ro := m.r.roster()
 	slow := rapid.SampledFrom(reachable).Draw(t, "slow member")
-	m.r.round(context.Background(), true)
 	predicted := map[int]time.Duration{}
 	m.r.mu.Lock()
 	for _, i := range reachable {
 		h := ro.health[i]
 		if base, perRead, ok := h.cost.judge.baseline.line(math.Inf(1)); ok && h.cost.judge.baseline.w >= baselineMinWeight && h.busy.Load() == 0 {
-			predicted[i] = time.Duration(base + perRead*float64(h.inflight.Load()+1))
+			predicted[i] = time.Duration(1e3 * (base + perRead*float64(h.inflight.Load()+1))) // the fit is in µs
 		}
 	}
 	m.r.mu.Unlock()
 	if predicted[slow] <= 0 || len(predicted) < 2 {
 		return // no baseline to judge against, or nobody to compare with
 	}
-	for k := 1; k <= 4; k++ {
+	for k := 1; k <= 5; k++ {
 		for i, d := range predicted {
 			if i == slow {
 				d *= 9
@@ -611,6 +618,9 @@ func (m *machine) slowReads(t *rapid.T) {
 			m.readsOn(t, i, 2, d)
 		}
 		m.r.round(context.Background(), true)
+		if !slices.Equal(m.reachable(), reachable) {
+			return // the rounds changed who is judged
+		}
 		m.r.mu.Lock()
 		failing := ro.health[slow].cost.judge.failing
 		m.r.mu.Unlock()
@@ -618,7 +628,7 @@ func (m *machine) slowReads(t *rapid.T) {
 			return
 		}
 	}
-	t.Fatalf("member %d, nine times slower than its baseline, not found failing in 4 rounds", slow)
+	t.Fatalf("member %d, nine times slower than its baseline, not found failing in 5 rounds", slow)
 }
 
 // reachable returns the router's reachable members.

@@ -77,9 +77,10 @@ type ReadCostStats struct {
 	// Base + PerRead × (q + 1). Zero until the fit holds enough reads.
 	Base, PerRead time.Duration
 	// Excess is the baseline judge's evidence that the member is slower
-	// than its own baseline predicts, as a share of its threshold: at 1 or
-	// more it finds the member failing. Verdicts counts the times it
-	// crossed 1. The judge only counts for now: ejections are hybrid's.
+	// than its own baseline predicts, as a share of its threshold: it finds
+	// the member failing from when Excess reaches 1 until it falls below
+	// 0.5, and the member leaves the read pool on latency meanwhile.
+	// Verdicts counts the times it reached 1.
 	Excess   float64
 	Verdicts uint64
 }
