@@ -84,6 +84,10 @@ type Cluster interface {
 	// ServerCPU returns the CPU time each member's process has used so
 	// far, nil if unknown.
 	ServerCPU() []time.Duration
+	// Traffic returns a snapshot of the bytes the test bed's proxies have
+	// forwarded, for TrafficCounts.Since; ErrNeedsTestbed for an external
+	// cluster.
+	Traffic() (testbed.TrafficCounts, error)
 	// Faults returns the fault knobs, nil for an external cluster.
 	Faults() Faults
 	Close() error
@@ -95,6 +99,10 @@ type Faults = testbed.Faults
 // Served is what one member served, by its own count: the test bed's
 // (etcd's transactions apart from its writes).
 type Served = testbed.Served
+
+// Traffic is the bytes the test bed's proxies forwarded, total and
+// cross-zone, client and peer.
+type Traffic = testbed.Traffic
 
 // Client is a routed client doing the benchmark's operations.
 type Client interface {

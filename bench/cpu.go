@@ -45,6 +45,23 @@ func withBudgets(be Backend, b testbed.CPUBudgets) Backend {
 	return be
 }
 
+// The CPU modes' short names (CPUModeName), each a CPUMode line's opening.
+const (
+	CPUModeBudgets = "budgets"
+	CPUModeShared  = "shared cores"
+)
+
+// CPUModeName is the short name of a CPUMode line: CPUModeBudgets or
+// CPUModeShared; "" for none (a cluster not on the test bed).
+func CPUModeName(mode string) string {
+	for _, n := range []string{CPUModeBudgets, CPUModeShared} {
+		if strings.HasPrefix(mode, "CPU: "+n) {
+			return n
+		}
+	}
+	return ""
+}
+
 // CPUMode says in one line how a run on the test bed shares the host's
 // CPU: each member's budget and the client's, or shared cores and what
 // that changes. clientCPU is the client process's budget, 0 unconfined.
@@ -52,7 +69,7 @@ func CPUMode(be Backend, nodes int, clientCPU float64) string {
 	b := BudgetsOf(be)
 	cpus := runtime.NumCPU()
 	if !b.Confined() {
-		return fmt.Sprintf("CPU: shared cores: the members, their proxies and the client run unconfined on the host's %d CPUs, so a busy member slows the others and the client, which favours sending reads to one member (leader_only, boltzmann) over spreading them.", cpus)
+		return fmt.Sprintf("CPU: "+CPUModeShared+": the members, their proxies and the client run unconfined on the host's %d CPUs, so a busy member slows the others and the client, which favours sending reads to one member (leader_only, boltzmann) over spreading them.", cpus)
 	}
 	each := make([]string, nodes)
 	for i := range nodes {
@@ -62,6 +79,6 @@ func CPUMode(be Backend, nodes int, clientCPU float64) string {
 	if clientCPU > 0 {
 		client = fmt.Sprintf("the client %.3g", clientCPU)
 	}
-	return fmt.Sprintf("CPU: budgets (cgroup quotas) of %s cores for members m0…m%d, proxies included, and %s, on a host of %d CPUs: as if each ran on a machine of its own.",
+	return fmt.Sprintf("CPU: "+CPUModeBudgets+" (cgroup quotas) of %s cores for members m0…m%d, proxies included, and %s, on a host of %d CPUs: as if each ran on a machine of its own.",
 		strings.Join(each, " / "), nodes-1, client, cpus)
 }

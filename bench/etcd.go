@@ -144,6 +144,13 @@ func (c *etcdCluster) ServerCPU() []time.Duration {
 	return out
 }
 
+func (c *etcdCluster) Traffic() (testbed.TrafficCounts, error) {
+	if c.tb == nil {
+		return testbed.TrafficCounts{}, ErrNeedsTestbed
+	}
+	return c.tb.Traffic()
+}
+
 func (c *etcdCluster) Close() error {
 	c.statusMu.Lock()
 	for _, cli := range c.statusCli {

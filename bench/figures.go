@@ -13,41 +13,137 @@ import (
 )
 
 // WriteFigures draws PNG figures in the spirit of the paper's: grouped bars
-// per scenario (Figures 4 and 5) and the load sweep as lines (Figure 6).
-// Bars are means over trials.
+// per scenario (Figures 4 and 5) and the load sweep as lines (Figure 6);
+// for the dominance grid, each cell's ratio to its best policy. Bars are
+// means over trials. A scenario that ran on several layouts or CPU modes
+// (the dominance grid) gets a figure for each.
 func WriteFigures(dir string, comps []*Comparison) error {
-	byScenario := map[string][]*Comparison{}
-	var order []string
+	setups := map[string]map[string]bool{} // by scenario
 	for _, c := range comps {
-		if _, ok := byScenario[c.Scenario]; !ok {
-			order = append(order, c.Scenario)
+		if setups[c.Scenario] == nil {
+			setups[c.Scenario] = map[string]bool{}
 		}
-		byScenario[c.Scenario] = append(byScenario[c.Scenario], c)
+		setups[c.Scenario][c.setup()] = true
 	}
-	for _, name := range order {
-		cs := byScenario[name]
+	type group struct {
+		name, suffix, title string // title: "" or " (layout, CPU mode)"
+		cs                  []*Comparison
+	}
+	var groups []*group
+	byKey := map[string]*group{}
+	for _, c := range comps {
+		g := &group{name: c.Scenario}
+		if len(setups[c.Scenario]) > 1 {
+			g.suffix = "_" + slug(c.Topology+"_"+CPUModeName(c.CPU))
+			g.title = " (" + c.setup() + ")"
+		}
+		if old := byKey[g.name+g.suffix]; old != nil {
+			g = old
+		} else {
+			byKey[g.name+g.suffix] = g
+			groups = append(groups, g)
+		}
+		g.cs = append(g.cs, c)
+	}
+	for _, g := range groups {
+		name, cs := g.name, g.cs
+		file := func(base string) string { return filepath.Join(dir, base+g.suffix+".png") }
 		var err error
 		switch name {
 		case ScenarioReadSize:
-			err = variantBars(filepath.Join(dir, "fig4_read_size.png"), "Pure reads: read P50 by response size (paper Fig. 4)", cs, ReadP50)
+			err = variantBars(file("fig4_read_size"), "Pure reads: read P50 by response size (paper Fig. 4)"+g.title, cs, ReadP50)
 		case ScenarioDegraded:
-			err = metricBars(filepath.Join(dir, "fig5_degraded.png"), "Degraded same-zone follower (paper Fig. 5)", cs[0], []Metric{ReadP50, ReadP99, WriteP50, WriteP99})
+			err = metricBars(file("fig5_degraded"), "Degraded same-zone follower (paper Fig. 5)"+g.title, cs[0], []Metric{ReadP50, ReadP99, WriteP50, WriteP99})
 		case ScenarioLoadSweep:
-			err = sweepLines(filepath.Join(dir, "fig6_load_sweep.png"), "5 members: write P50 by workers (paper Fig. 6)", cs, WriteP50)
+			err = sweepLines(file("fig6_load_sweep"), "5 members: write P50 by workers (paper Fig. 6)"+g.title, cs, WriteP50)
 		case ScenarioTail, ScenarioZKTail:
-			err = metricBars(filepath.Join(dir, "fig_"+strings.ReplaceAll(name, "-", "_")+".png"), name+": a follower freezing 100–300 ms about once a second", cs[0], []Metric{ReadP50, ReadP99, ReadP999})
+			err = metricBars(file("fig_"+slug(name)), name+": a follower freezing 100–300 ms about once a second"+g.title, cs[0], []Metric{ReadP50, ReadP99, ReadP999})
 		case ScenarioUneven:
-			err = metricBars(filepath.Join(dir, "fig_uneven.png"), "uneven: members of 0.6 / 0.2 / 0.6 cores", cs[0], []Metric{ReadP50, ReadP99, WriteP50, WriteP99})
+			err = metricBars(file("fig_uneven"), "uneven: members of 0.6 / 0.2 / 0.6 cores"+g.title, cs[0], []Metric{ReadP50, ReadP99, WriteP50, WriteP99})
+		case ScenarioDominance, ScenarioZKDominance:
+			err = dominanceFigure(file("fig_"+slug(name)), name+" · "+cs[0].setup()+": read P50 ÷ the best policy but "+dominanceCandidate, cs, dominanceJudgedMetrics[0])
 		case ScenarioFailover:
 			continue
 		default:
-			err = variantBars(filepath.Join(dir, "fig_"+strings.ReplaceAll(name, "-", "_")+".png"), name+": write P50 by mix", cs, WriteP50)
+			err = variantBars(file("fig_"+slug(name)), name+": write P50 by mix"+g.title, cs, WriteP50)
 		}
 		if err != nil {
 			return fmt.Errorf("bench: figure %s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+// slug makes s a file name's part: letters and digits, the rest "_".
+func slug(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// dominanceFigure draws, per cell, each judged policy's ratio to the
+// cell's best on jm (mean, error bars ± sd), with lines at 1 and at
+// 1 + dominanceTolerance.
+func dominanceFigure(path, title string, cs []*Comparison, jm judgedMetric) error {
+	p := plot.New()
+	p.Title.Text = title
+	p.Y.Label.Text = jm.name + " ÷ best"
+	p.Legend.Top = true
+	var labels []string
+	for _, c := range cs {
+		labels = append(labels, strings.ReplaceAll(c.Variant, ", ", "\n"))
+	}
+	for k, pol := range dominanceJudged {
+		var pts ratioPoints
+		for i, c := range cs {
+			r := judge(c, jm, dominanceCandidate, dominanceJudged).ratios[k]
+			if math.IsNaN(r.Mean) {
+				continue
+			}
+			// Side by side around the cell's position.
+			x := float64(i) + 0.15*(float64(k)-float64(len(dominanceJudged)-1)/2)
+			pts.XYs = append(pts.XYs, plotter.XY{X: x, Y: r.Mean})
+			pts.YErrors = append(pts.YErrors, struct{ Low, High float64 }{r.SD, r.SD})
+		}
+		if len(pts.XYs) == 0 {
+			continue
+		}
+		sc, err := plotter.NewScatter(pts)
+		if err != nil {
+			return err
+		}
+		sc.GlyphStyle.Color = plotutil.Color(k)
+		sc.GlyphStyle.Shape = plotutil.Shape(k)
+		bars, err := plotter.NewYErrorBars(pts)
+		if err != nil {
+			return err
+		}
+		bars.LineStyle.Color = plotutil.Color(k)
+		p.Add(sc, bars)
+		p.Legend.Add(pol, sc)
+	}
+	for _, ref := range []float64{1, 1 + dominanceTolerance} {
+		l, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: ref}, {X: float64(len(cs)) - 0.5, Y: ref}})
+		if err != nil {
+			return err
+		}
+		if ref != 1 {
+			l.LineStyle.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
+		p.Add(l)
+	}
+	p.NominalX(labels...)
+	p.Y.Max += 0.15 * (p.Y.Max - p.Y.Min) // room for the legend
+	return p.Save(max(vg.Length(140+70*len(cs))*vg.Points(1), 7*vg.Inch), 4*vg.Inch, path)
+}
+
+// ratioPoints are points with symmetric errors, for plotter.NewYErrorBars.
+type ratioPoints struct {
+	plotter.XYs
+	plotter.YErrors
 }
 
 // save leaves headroom above the tallest bar for the legend, then writes.

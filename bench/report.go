@@ -12,7 +12,9 @@ import (
 	"strings"
 )
 
-// Markdown renders every comparison, one table each.
+// Markdown renders every comparison, one table each, then the dominance
+// summaries of the dominance grid's comparisons among them
+// (DominanceMarkdown).
 func Markdown(comps []*Comparison) string {
 	var b strings.Builder
 	for i, c := range comps {
@@ -20,6 +22,9 @@ func Markdown(comps []*Comparison) string {
 			b.WriteString("\n")
 		}
 		b.WriteString(c.Markdown())
+	}
+	if d := DominanceMarkdown(comps); d != "" {
+		b.WriteString("\n" + d)
 	}
 	return b.String()
 }
@@ -85,7 +90,8 @@ func writeCSV(path string, results []Result) error {
 		"read_p50_ms", "read_p90_ms", "read_p99_ms", "read_p999_ms",
 		"write_p50_ms", "write_p90_ms", "write_p99_ms", "write_p999_ms",
 		"throughput_ops", "reads", "writes", "errors", "reads_by_member", "writes_by_member",
-		"server_reads_by_member", "server_writes_by_member", "client_cpu_cores", "server_cpu_cores", "leader_changed", "extra", "cpu_mode"})
+		"server_reads_by_member", "server_writes_by_member", "client_cpu_cores", "server_cpu_cores", "leader_changed", "extra", "cpu_mode", "topology",
+		"client_bytes", "client_cross_zone_bytes", "peer_bytes", "peer_cross_zone_bytes"})
 	f64 := func(x float64) string { return strconv.FormatFloat(x, 'f', 4, 64) }
 	list := func(xs []uint64) string {
 		parts := make([]string, len(xs))
@@ -96,12 +102,18 @@ func writeCSV(path string, results []Result) error {
 	}
 	for _, r := range results {
 		extra, _ := json.Marshal(r.Extra)
-		w.Write([]string{r.Scenario, r.Variant, r.Backend, r.Policy, strconv.Itoa(r.Trial), strconv.Itoa(r.Workers),
+		traffic := make([]string, 4) // empty when unknown
+		if t := r.Traffic; t != nil {
+			for i, n := range []uint64{t.ClientTotal, t.ClientCrossZone, t.PeerTotal, t.PeerCrossZone} {
+				traffic[i] = strconv.FormatUint(n, 10)
+			}
+		}
+		w.Write(append([]string{r.Scenario, r.Variant, r.Backend, r.Policy, strconv.Itoa(r.Trial), strconv.Itoa(r.Workers),
 			f64(r.ReadP50ms), f64(r.ReadP90ms), f64(r.ReadP99ms), f64(r.ReadP999ms),
 			f64(r.WriteP50ms), f64(r.WriteP90ms), f64(r.WriteP99ms), f64(r.WriteP999ms),
 			f64(r.ThroughputOps), strconv.FormatInt(r.Reads, 10), strconv.FormatInt(r.Writes, 10), strconv.FormatInt(r.Errors, 10),
 			list(r.ReadsByMember), list(r.WritesByMember), list(r.ServerReadsByMember), list(r.ServerWritesByMember),
-			f64(r.ClientCPU), f64(r.ServerCPU), strconv.FormatBool(r.LeaderChanged), string(extra), r.CPUMode})
+			f64(r.ClientCPU), f64(r.ServerCPU), strconv.FormatBool(r.LeaderChanged), string(extra), r.CPUMode, r.Topology}, traffic...))
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {
@@ -127,9 +139,11 @@ func LoadComparisons(path string) ([]*Comparison, error) {
 	}
 	defs := scenarioDefs(layoutOf(nil))
 	var comps []*Comparison
-	byKey := map[[2]string]*Comparison{}
+	// The dominance grid's layouts and CPU modes share scenarios and
+	// variants.
+	byKey := map[[4]string]*Comparison{}
 	for _, r := range results {
-		key := [2]string{r.Scenario, r.Variant}
+		key := [4]string{r.Scenario, r.Variant, r.Topology, r.CPUMode}
 		c := byKey[key]
 		if c == nil {
 			def, ok := defs[r.Scenario]
@@ -137,7 +151,7 @@ func LoadComparisons(path string) ([]*Comparison, error) {
 				return nil, fmt.Errorf("%w: %q in %s", ErrUnknownScenario, r.Scenario, path)
 			}
 			c = &Comparison{Scenario: r.Scenario, Variant: r.Variant, Section: def.section, Baseline: def.baseline,
-				Metrics: def.metrics(len(r.ReadsByMember)), Trials: map[string][]Result{}, Notes: def.notes, CPU: r.CPUMode}
+				Metrics: def.metrics(len(r.ReadsByMember)), Trials: map[string][]Result{}, Notes: def.notes, CPU: r.CPUMode, Topology: r.Topology}
 			byKey[key] = c
 			comps = append(comps, c)
 		}

@@ -49,6 +49,14 @@ type Result struct {
 	// the read pool over the trial, warm-up included (each trial has a
 	// client of its own; nil for clients without a router).
 	EjectionsByMember []uint64 `json:"ejections_by_member,omitempty"`
+	// Over the measured window only, per member: ejections, the share of
+	// the window out of the read pool (sampled every 100 ms), and the
+	// least_cost judge's verdicts; WindowS is the window's length in
+	// seconds.
+	WindowEjectionsByMember []uint64  `json:"window_ejections_by_member,omitempty"`
+	OutOfPoolByMember       []float64 `json:"out_of_pool_by_member,omitempty"`
+	VerdictsByMember        []uint64  `json:"verdicts_by_member,omitempty"`
+	WindowS                 float64   `json:"window_s,omitempty"`
 
 	// CPU seconds per second of measurement: the client process, and all
 	// member processes (with their proxies) together.
@@ -56,6 +64,17 @@ type Result struct {
 	ServerCPU float64 `json:"server_cpu_cores,omitempty"`
 	// CPUMode is how the trial shared the host's CPU (CPUMode).
 	CPUMode string `json:"cpu_mode,omitempty"`
+	// Topology names the topology the trial ran on ("default",
+	// "three-zones", a file's name; Options.TopologyName), "" for an
+	// external cluster. With CPUMode it tells apart the records of the
+	// dominance grid's layouts and CPU modes.
+	Topology string `json:"topology,omitempty"`
+
+	// Traffic is the bytes the test bed's proxies forwarded over the
+	// measurement window, nil when unknown: a cluster not on the test bed,
+	// or a member that could not tell (an etcd member paused at either end
+	// of the window, its proxies frozen with it).
+	Traffic *Traffic `json:"traffic,omitempty"`
 
 	// LeaderChanged is set when the servers' leader moved during the trial:
 	// such a trial is not a steady-state measurement.
@@ -195,12 +214,15 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 	statsBefore := cli.Stats()
 	servedBefore, _ := cl.Served(ctx)
 	cpuBefore, srvBefore := testutil.ProcessCPU(), sum(cl.ServerCPU())
+	trafficBefore, trafficBeforeErr := cl.Traffic()
 	var faultWG sync.WaitGroup
 	if spec.during != nil {
 		faultWG.Go(func() { spec.during(runCtx, windowStart) })
 	}
+	pool := samplePool(runCtx, cli)
 	wg.Wait()
 	faultWG.Wait()
+	outOfPool := pool()
 	elapsed := time.Since(windowStart)
 	if ctx.Err() != nil {
 		return trialOutput{}, ctx.Err()
@@ -208,6 +230,7 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 	statsAfter := cli.Stats()
 	servedAfter, _ := cl.Served(ctx)
 	cpuAfter, srvAfter := testutil.ProcessCPU(), sum(cl.ServerCPU())
+	trafficAfter, trafficAfterErr := cl.Traffic()
 	leaderAfter, _ := cl.Leader(ctx)
 
 	var reads, writes []time.Duration
@@ -232,7 +255,11 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 		r.ReadsByMember = append(r.ReadsByMember, a.Reads()-b.Reads())
 		r.WritesByMember = append(r.WritesByMember, a.Ops[0]-b.Ops[0])
 		r.EjectionsByMember = append(r.EjectionsByMember, a.Ejections) // a fresh client per trial: warm-up included
+		r.WindowEjectionsByMember = append(r.WindowEjectionsByMember, a.Ejections-b.Ejections)
+		r.VerdictsByMember = append(r.VerdictsByMember, a.ReadCost.Verdicts-b.ReadCost.Verdicts)
 	}
+	r.OutOfPoolByMember = outOfPool
+	r.WindowS = elapsed.Seconds()
 	if servedBefore != nil && servedAfter != nil {
 		for i := range servedAfter {
 			r.ServerReadsByMember = append(r.ServerReadsByMember, servedAfter[i].Reads-servedBefore[i].Reads)
@@ -244,6 +271,10 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 	r.HedgesWon = int64(statsAfter.Hedges.Won - statsBefore.Hedges.Won)
 	r.ClientCPU = (cpuAfter - cpuBefore).Seconds() / elapsed.Seconds()
 	r.ServerCPU = (srvAfter - srvBefore).Seconds() / elapsed.Seconds()
+	if trafficBeforeErr == nil && trafficAfterErr == nil {
+		t := trafficAfter.Since(trafficBefore)
+		r.Traffic = &t
+	}
 	r.LeaderChanged = leaderBefore != leaderAfter || statsAfter.LeaderChanges != statsBefore.LeaderChanges
 	return out, nil
 }
@@ -304,4 +335,50 @@ func preload(ctx context.Context, cli Client, w Workload) error {
 		return err
 	}
 	return ctx.Err()
+}
+
+// samplePool samples, every 100 ms until ctx ends, which members the
+// client's router keeps out of its read pool; the returned func waits for
+// the end and gives each member's share of the samples out (nil without a
+// router or a sample).
+func samplePool(ctx context.Context, cli Client) func() []float64 {
+	var out []int
+	samples := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			members := cli.Stats().Members
+			if len(members) == 0 {
+				continue
+			}
+			if out == nil {
+				out = make([]int, len(members))
+			}
+			for i, m := range members {
+				if i < len(out) && m.Ejected {
+					out[i]++
+				}
+			}
+			samples++
+		}
+	}()
+	return func() []float64 {
+		<-done
+		if samples == 0 {
+			return nil
+		}
+		shares := make([]float64, len(out))
+		for i, n := range out {
+			shares[i] = float64(n) / float64(samples)
+		}
+		return shares
+	}
 }

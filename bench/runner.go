@@ -30,6 +30,10 @@ type Options struct {
 	Nodes int
 	// Topology replaces the default topology (its zones set the size).
 	Topology *testbed.Topology
+	// TopologyName names the topology in records (Result.Topology) and
+	// table titles: "three-zones", a file's name. Default is "default"
+	// without a Topology and "custom" with one; "" with Endpoints.
+	TopologyName string
 	// Endpoints attaches to an existing cluster instead of the test bed.
 	Endpoints []string
 	// ClientCPU confines this process, the clients, to this many cores
@@ -96,6 +100,12 @@ func NewRunner(opts Options) (*Runner, error) {
 	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
+	}
+	if opts.TopologyName == "" && len(opts.Endpoints) == 0 {
+		opts.TopologyName = "default"
+		if opts.Topology != nil {
+			opts.TopologyName = "custom"
+		}
 	}
 	r := &Runner{opts: opts, clusters: map[clusterKey]Cluster{}}
 	if opts.ClientCPU != 0 {
@@ -182,8 +192,12 @@ func (r *Runner) plan(name string) (plannedScenario, error) {
 	// Flags the user set win over the scenario's variants.
 	var kept []variant
 	for _, v := range ps.variants {
-		if ps.backend.Name() == "zk" && slices.Contains(v.fields, "range-size") {
-			continue // ZooKeeper has no range reads
+		if ps.backend.Name() == "zk" {
+			w := ps.workload
+			v.apply(&w)
+			if w.RangeSize > 1 {
+				continue // ZooKeeper has no range reads
+			}
 		}
 		overridden := false
 		for _, f := range v.fields {
@@ -199,6 +213,9 @@ func (r *Runner) plan(name string) (plannedScenario, error) {
 	ps.variants = kept
 	if def.trials > 0 && !r.opts.Set["trials"] {
 		ps.trials = def.trials
+	}
+	if def.duration > 0 && !r.opts.Set["duration"] {
+		ps.workload.Duration = def.duration
 	}
 	if def.failover {
 		if !r.opts.Set["trials"] {
@@ -321,7 +338,7 @@ func (r *Runner) runScenario(ctx context.Context, ps plannedScenario) ([]*Compar
 			return comps, err
 		}
 		comp := &Comparison{Scenario: ps.def.name, Variant: v.label, Section: ps.def.section, Baseline: ps.baseline,
-			Policies: ps.policies, Metrics: ps.def.metrics(ps.nodes), Trials: map[string][]Result{}, Notes: slices.Clone(ps.def.notes)}
+			Policies: ps.policies, Metrics: ps.def.metrics(ps.nodes), Trials: map[string][]Result{}, Notes: slices.Clone(ps.def.notes), Topology: r.opts.TopologyName}
 		if len(r.opts.Endpoints) == 0 {
 			comp.CPU = CPUMode(ps.backend, ps.nodes, r.opts.ClientCPU)
 		}
@@ -358,7 +375,7 @@ func (r *Runner) runVariant(ctx context.Context, cl Cluster, ps plannedScenario,
 			if res.LeaderChanged && !ps.def.failover {
 				changed++
 			}
-			res.CPUMode = comp.CPU
+			res.CPUMode, res.Topology = comp.CPU, comp.Topology
 			comp.Trials[policy] = append(comp.Trials[policy], res)
 		}
 	}

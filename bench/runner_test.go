@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -126,6 +127,11 @@ func TestQuickRunEndToEnd(t *testing.T) {
 		if res.Policy == router.Hybrid && res.ServerWritesByMember[0] < res.ServerWritesByMember[1]+res.ServerWritesByMember[2] {
 			t.Errorf("hybrid writes not on the leader (server side): %v", res.ServerWritesByMember)
 		}
+		// The leader m0 (zone a) replicates to m2 (zone b) whatever the
+		// policy: peer bytes cross zones in every trial.
+		if tr := res.Traffic; tr == nil || tr.ClientTotal == 0 || tr.PeerCrossZone == 0 || tr.PeerCrossZone > tr.PeerTotal || tr.ClientCrossZone > tr.ClientTotal {
+			t.Errorf("%s trial %d: implausible traffic %+v", res.Policy, res.Trial, tr)
+		}
 	}
 	dir := t.TempDir()
 	if err := WriteFiles(dir, comps, "header"); err != nil {
@@ -139,7 +145,7 @@ func TestQuickRunEndToEnd(t *testing.T) {
 	if err := json.Unmarshal(b, &records); err != nil || len(records) != 4 {
 		t.Fatalf("results.json: %d records, %v", len(records), err)
 	}
-	for _, field := range []string{"scenario", "backend", "policy", "trial", "read_p50_ms", "read_p99_ms", "write_p50_ms", "write_p99_ms", "throughput_ops", "errors", "reads_by_member", "writes_by_member"} {
+	for _, field := range []string{"scenario", "backend", "policy", "trial", "read_p50_ms", "read_p99_ms", "write_p50_ms", "write_p99_ms", "throughput_ops", "errors", "reads_by_member", "writes_by_member", "traffic"} {
 		if _, ok := records[0][field]; !ok {
 			t.Errorf("results.json lacks %q", field)
 		}
@@ -180,6 +186,9 @@ func TestPlanBackends(t *testing.T) {
 		if strings.HasPrefix(v.label, "range") {
 			t.Errorf("read-size on zk keeps range variant %q", v.label)
 		}
+	}
+	if len(ps.variants) != 5 {
+		t.Errorf("read-size on zk: %d variants, want the 5 value sizes", len(ps.variants))
 	}
 	w := DefaultWorkload()
 	w.RangeSize = 10
@@ -227,7 +236,8 @@ func TestReplotRoundTrip(t *testing.T) {
 		for i, p := range c.Policies {
 			c.Trials[p] = append(c.Trials[p], Result{Scenario: ScenarioTail, Variant: "80/20", Policy: p, Trial: k + 1,
 				ReadP50ms: float64(5 + i + k), ReadP999ms: float64(200 - 100*i + k), Reads: 1000, HedgedReads: int64(30 * i),
-				ThroughputOps: 1000, ReadsByMember: []uint64{400, 300, 300}, CPUMode: c.CPU})
+				ThroughputOps: 1000, ReadsByMember: []uint64{400, 300, 300}, CPUMode: c.CPU,
+				Traffic: &Traffic{ClientTotal: 9000, ClientCrossZone: uint64(1000 * (i + 1)), PeerTotal: 4000, PeerCrossZone: 2000}})
 		}
 	}
 	dir := t.TempDir()
@@ -246,6 +256,21 @@ func TestReplotRoundTrip(t *testing.T) {
 	}
 	if !strings.Contains(c.Markdown(), "| Extra reads (%) | 0.00 ± 0.00 | 3.00 ± 0.00 |") {
 		t.Errorf("extra reads row missing:\n%s", c.Markdown())
+	}
+	if !strings.Contains(c.Markdown(), "| Cross-zone (B/op) | 3 ± 0 | 4 ± 0 |") {
+		t.Errorf("cross-zone row missing:\n%s", c.Markdown())
+	}
+	f, err := os.Open(filepath.Join(dir, "results.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll() // every row as wide as the header
+	if err != nil {
+		t.Fatal(err)
+	}
+	if head, last := rows[0], rows[len(rows)-1]; head[len(head)-1] != "peer_cross_zone_bytes" || last[len(last)-1] != "2000" || last[len(last)-3] != "2000" {
+		t.Errorf("results.csv traffic columns: %q / %q", head[len(head)-4:], last[len(last)-4:])
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -30,6 +31,21 @@ const (
 	ScenarioUneven     = "uneven"
 	ScenarioKubernetes = "kubernetes"
 	ScenarioAll        = "all"
+	// ScenarioDominance and ScenarioZKDominance are the grid that decides
+	// the default policy; they are long and not part of ScenarioAll.
+	ScenarioDominance   = "dominance"
+	ScenarioZKDominance = "zk-dominance"
+	// ScenarioSoak measures the read pool's false ejections on a healthy
+	// cluster at load, hybrid's rule against least_cost's; long, and not
+	// part of ScenarioAll.
+	ScenarioSoak = "soak"
+)
+
+// Soak is the soak scenario's load and length: 32 closed-loop workers,
+// 80/20, three trials of 10 minutes per policy (half an hour each).
+const (
+	SoakWorkers  = 32
+	SoakDuration = 10 * time.Minute
 )
 
 // KubernetesWorkers is the kubernetes scenario's concurrency: the paper's
@@ -75,10 +91,17 @@ type scenarioDef struct {
 	// trials, when set, replaces the default trial count (not --trials):
 	// a comparison that must resolve 2 % needs more pairs.
 	trials int
+	// duration, when set, replaces the default measured time per trial
+	// (not --duration).
+	duration time.Duration
 	// memberCPUs, when set, runs the scenario on a cluster of its own
 	// whose members have these CPU budgets (etcd; --member-cpu replaces
 	// them), stopped when the scenario ends.
 	memberCPUs []float64
+	// dominance marks the grid that decides the default policy: its
+	// tables end with the dominance summary (DominanceMarkdown), and
+	// cmd/routebench runs it on every layout and CPU mode (SpansGrid).
+	dominance bool
 }
 
 func mix(ratio float64) variant {
@@ -87,7 +110,7 @@ func mix(ratio float64) variant {
 
 func standardMetrics(leader int) func(int) []Metric {
 	return func(int) []Metric {
-		return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberWriteShare(leader), ClientCPU, ServerCPU}
+		return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberWriteShare(leader), ClientCPU, ServerCPU, CrossZoneBytesPerOp, ClientCrossZoneBytesPerOp, PeerCrossZoneBytesPerOp}
 	}
 }
 
@@ -140,7 +163,7 @@ func scenarioDefs(l layout) map[string]scenarioDef {
 			policies: []string{Stock, Pinned, router.RoundRobin, router.Hybrid, router.Boltzmann, Oracle, HybridP2C, HybridHedge}, baseline: Stock,
 			variants: []variant{mix(0.8), mix(0.5)},
 			metrics: func(int) []Metric {
-				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberWriteShare(l.leader), ExtraReads, ClientCPU, ServerCPU}
+				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberWriteShare(l.leader), ExtraReads, ClientCPU, ServerCPU, CrossZoneBytesPerOp, ClientCrossZoneBytesPerOp, PeerCrossZoneBytesPerOp}
 			},
 		},
 		{
@@ -148,7 +171,7 @@ func scenarioDefs(l layout) map[string]scenarioDef {
 			policies: []string{Stock, router.RoundRobin, Pinned, router.Hybrid}, baseline: Stock,
 			variants: []variant{paced(400, 1), paced(400, 3)},
 			metrics: func(int) []Metric {
-				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, ClientCPUPerOp, ServerCPUPerOp, ClientCPU, ServerCPU}
+				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, ClientCPUPerOp, ServerCPUPerOp, ClientCPU, ServerCPU, CrossZoneBytesPerOp}
 			},
 			notes: []string{"Paced at a fixed rate well below saturation (about 40 % of what 8 closed-loop workers reach), so latencies are service times, not CPU queueing; stock clientv3 has one connection per member whatever the variant says."},
 		},
@@ -157,7 +180,7 @@ func scenarioDefs(l layout) map[string]scenarioDef {
 			policies: []string{Stock, Pinned, router.RoundRobin, router.Hybrid, router.Boltzmann}, baseline: Stock,
 			variants: []variant{mix(0.8)}, faults: true,
 			metrics: func(int) []Metric {
-				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), MemberWriteShare(l.leader), ClientCPU, ServerCPU}
+				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), MemberWriteShare(l.leader), ClientCPU, ServerCPU, CrossZoneBytesPerOp}
 			},
 			prepare: degrade(degradedMember, 8*time.Millisecond, 2*time.Millisecond),
 			cleanup: degrade(degradedMember, 0, 0),
@@ -180,7 +203,7 @@ func scenarioDefs(l layout) map[string]scenarioDef {
 			policies: []string{Stock, Pinned, router.LeaderOnly, router.Hybrid}, baseline: Stock,
 			variants: append(valueSizes(256, 1024, 4096, 16384, 65536), ranges(10, 100, 500)...),
 			metrics: func(int) []Metric {
-				return []Metric{ReadP50, ReadP99, Throughput, Errors, MemberReadShare(0), ClientCPU, ServerCPU}
+				return []Metric{ReadP50, ReadP99, Throughput, Errors, MemberReadShare(0), ClientCPU, ServerCPU, CrossZoneBytesPerOp, ClientCrossZoneBytesPerOp, PeerCrossZoneBytesPerOp}
 			},
 		},
 		{
@@ -210,11 +233,21 @@ func scenarioDefs(l layout) map[string]scenarioDef {
 			policies: []string{router.Sticky, router.Hybrid}, baseline: router.Sticky,
 			variants: []variant{mix(0.8)}, faults: true,
 			metrics: func(int) []Metric {
-				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), MemberWriteShare(l.leader), ClientCPU, ServerCPU}
+				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), MemberWriteShare(l.leader), ClientCPU, ServerCPU, CrossZoneBytesPerOp}
 			},
 			prepare: degrade(degradedMember, 8*time.Millisecond, 2*time.Millisecond),
 			cleanup: degrade(degradedMember, 0, 0),
 			notes:   []string{"sticky is the stock ZooKeeper client's shape: one session on one server (pinned to the same-zone follower, as in the paper), writes forwarded from there."},
+		},
+		{
+			name: ScenarioSoak, desc: fmt.Sprintf("false ejections on a healthy cluster at load: %d workers, 80/20, hybrid vs least_cost, 3 trials of %v each (about an hour)", SoakWorkers, SoakDuration),
+			policies: []string{router.Hybrid, router.LeastCost}, baseline: router.Hybrid,
+			variants: []variant{{fmt.Sprintf("%d workers, 80/20", SoakWorkers), []string{"workers", "read-ratio"}, func(w *Workload) { w.Workers, w.ReadRatio = SoakWorkers, 0.8 }}},
+			duration: SoakDuration,
+			metrics: func(int) []Metric {
+				return []Metric{EjectionsPerMemberHour, OutOfPoolPct, VerdictsPerMemberHour, ReadP50, ReadP99, WriteP50, Throughput, Errors, ClientCPU, ServerCPU}
+			},
+			notes: []string{"Every member is healthy: each ejection is a false one. Out of pool is sampled every 100 ms over the measured window; verdicts are least_cost's baseline judge's (it ejects on them). Run it on both layouts (--topology three-zones) and backends (--backend zk)."},
 		},
 		tailScenario(ScenarioTail, "", degradedMember),
 		tailScenario(ScenarioZKTail, "zk", degradedMember),
@@ -224,7 +257,7 @@ func scenarioDefs(l layout) map[string]scenarioDef {
 			policies: []string{router.Hybrid, HybridP2C, router.Boltzmann, router.RoundRobin}, baseline: router.Hybrid,
 			variants: []variant{mix(0.8)},
 			metrics: func(int) []Metric {
-				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), ClientCPU, ServerCPU}
+				return []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput, Errors, MemberReadShare(degradedMember), ClientCPU, ServerCPU, CrossZoneBytesPerOp}
 			},
 			notes: []string{"Each member is confined to its quota through a cgroup; m1, the same-zone follower, has a third of the others' capacity."},
 		},
@@ -234,9 +267,22 @@ func scenarioDefs(l layout) map[string]scenarioDef {
 			policies: []string{Stock, Pinned, router.Hybrid}, baseline: Stock,
 			variants: []variant{kubeMix(0.8), kubeMix(0.2)},
 			metrics: func(int) []Metric {
-				return []Metric{WriteP50, WriteP99, ReadP50, ReadP99, Throughput, Errors, MemberWriteShare(l.leader), ClientCPU, ServerCPU}
+				return []Metric{WriteP50, WriteP99, ReadP50, ReadP99, Throughput, Errors, MemberWriteShare(l.leader), ClientCPU, ServerCPU, CrossZoneBytesPerOp}
 			},
 			notes: []string{fmt.Sprintf("%d closed-loop workers on two shared cores: far past saturation, so latencies are mostly queueing.", KubernetesWorkers)},
+		},
+		{
+			name: ScenarioDominance, desc: "the grid that decides the default: 8 policies, least_cost among them, at 8/32/128 workers × 80/20, 50/50, 100 % reads, 100-key ranges; one command runs it on both layouts × both CPU modes (about 4.2 h)",
+			policies: []string{Stock, Pinned, router.RoundRobin, router.LeaderOnly, router.Boltzmann, router.Hybrid, HybridP2C, router.LeastCost}, baseline: Stock,
+			variants: dominanceGrid(dominanceWorkers, dominanceMixes), metrics: dominanceMetrics, dominance: true,
+			notes: []string{"A cell of the dominance grid; the summary after the grid's tables compares least_cost and hybrid with the best of the others."},
+		},
+		{
+			name: ScenarioZKDominance, desc: "ZooKeeper's part of the dominance grid: 7 policies at 8/32 workers, 80/20 (about 40 min over the grid)",
+			backend:  "zk",
+			policies: []string{router.RoundRobin, router.Sticky, router.LeaderOnly, router.Boltzmann, router.Hybrid, HybridP2C, router.LeastCost}, baseline: router.RoundRobin,
+			variants: dominanceGrid([]int{8, 32}, dominanceMixes[:1]), metrics: dominanceMetrics, dominance: true,
+			notes: []string{"A cell of the dominance grid; the summary after the grid's tables compares least_cost and hybrid with the best of the others. A linearizable read is sync() then the read."},
 		},
 	}
 	out := map[string]scenarioDef{}
@@ -267,7 +313,7 @@ func tailScenario(name, backend string, degradedMember int) scenarioDef {
 		policies: []string{router.Hybrid, HybridHedge, router.RoundRobin}, baseline: router.Hybrid,
 		variants: []variant{mix(0.8)}, faults: true,
 		metrics: func(int) []Metric {
-			return []Metric{ReadP50, ReadP99, ReadP999, WriteP50, WriteP99, Throughput, Errors, ExtraReads, MemberReadShare(degradedMember), ClientCPU, ServerCPU}
+			return []Metric{ReadP50, ReadP99, ReadP999, WriteP50, WriteP99, Throughput, Errors, ExtraReads, MemberReadShare(degradedMember), ClientCPU, ServerCPU, CrossZoneBytesPerOp}
 		},
 		prepare: st.start, cleanup: st.stop,
 		notes: []string{"The stalls run through every trial, warm-up included; 5 trials per policy, so that P99.9 rests on ~60 000 reads."},
@@ -335,6 +381,68 @@ func kubeMix(ratio float64) variant {
 	inner := v.apply
 	v.apply = func(w *Workload) { inner(w); w.Workers = KubernetesWorkers }
 	return v
+}
+
+// The dominance grid's worker counts and mixes.
+var (
+	dominanceWorkers = []int{8, 32, 128}
+	dominanceMixes   = []dominanceMix{
+		{"80/20", 0.8, 256, 1},
+		{"50/50", 0.5, 256, 1},
+		{"100/0", 1, 256, 1},
+		{"100/0, ranges of 100 keys", 1, 256, 100},
+	}
+)
+
+// dominanceMix is a mix of the dominance grid: the share of linearizable
+// reads, the values' size and the keys a read returns.
+type dominanceMix struct {
+	label     string
+	readRatio float64
+	valueSize int
+	rangeSize int
+}
+
+// dominanceGrid is every worker count at every mix, each variant setting
+// all four fields (so that a flag the user sets for any of them runs one
+// cell, as given).
+func dominanceGrid(workerCounts []int, mixes []dominanceMix) []variant {
+	var vs []variant
+	for _, n := range workerCounts {
+		for _, m := range mixes {
+			vs = append(vs, variant{fmt.Sprintf("%d workers, %s", n, m.label), []string{"workers", "read-ratio", "value-size", "range-size"}, func(w *Workload) {
+				w.Workers, w.ReadRatio, w.ValueSize, w.RangeSize = n, m.readRatio, m.valueSize, m.rangeSize
+			}})
+		}
+	}
+	return vs
+}
+
+// dominanceMetrics are the dominance grid's rows; write latencies read –
+// in a cell without writes.
+func dominanceMetrics(int) []Metric {
+	return []Metric{ReadP50, ReadP99, whenWrites(WriteP50), whenWrites(WriteP99), Throughput, Errors, ClientCPU, ServerCPU, CrossZoneBytesPerOp, ClientCrossZoneBytesPerOp, PeerCrossZoneBytesPerOp}
+}
+
+// whenWrites is m, undefined (–) for a trial that wrote nothing: a 100 %
+// read mix has no write latency, not one of 0 ms.
+func whenWrites(m Metric) Metric {
+	get := m.Get
+	m.Get = func(r Result) float64 {
+		if r.Writes == 0 {
+			return math.NaN()
+		}
+		return get(r)
+	}
+	return m
+}
+
+// SpansGrid reports whether scenario is part of the dominance grid, which
+// cmd/routebench runs on every layout (the default topology, three zones)
+// and CPU mode (budgets, shared cores) unless --topology or --member-cpu
+// picks one.
+func SpansGrid(scenario string) bool {
+	return scenarioDefs(layoutOf(nil))[scenario].dominance
 }
 
 func workers(n int) variant {
@@ -421,10 +529,13 @@ func Describe() string {
 	var b strings.Builder
 	for _, n := range append([]string{ScenarioQuick}, Scenarios()...) {
 		d := defs[n]
-		fmt.Fprintf(&b, "  %-11s %s (%s)\n", n, d.desc, paperRef(d.section))
+		fmt.Fprintf(&b, "  %-12s %s (%s)\n", n, d.desc, paperRef(d.section))
 	}
-	fmt.Fprintf(&b, "  %-11s every scenario above but quick\n", ScenarioAll)
-	fmt.Fprintf(&b, "  %-11s what a fleet of clients costs the cluster (probes, members' CPU) and its failover; alone\n", ScenarioFleet)
+	fmt.Fprintf(&b, "  %-12s every scenario above but quick\n", ScenarioAll)
+	for _, n := range []string{ScenarioDominance, ScenarioZKDominance, ScenarioSoak} {
+		fmt.Fprintf(&b, "  %-12s %s (not in all)\n", n, defs[n].desc)
+	}
+	fmt.Fprintf(&b, "  %-12s what a fleet of clients costs the cluster (probes, members' CPU) and its failover; alone\n", ScenarioFleet)
 	return b.String()
 }
 
@@ -437,7 +548,7 @@ func expand(names []string) ([]string, error) {
 			continue
 		}
 		if _, ok := defs[n]; !ok {
-			return nil, fmt.Errorf("%w: %q (want %s, %s or %s)", ErrUnknownScenario, n, ScenarioQuick, strings.Join(Scenarios(), ", "), ScenarioAll)
+			return nil, fmt.Errorf("%w: %q (want %s, %s, %s, %s, %s or %s)", ErrUnknownScenario, n, ScenarioQuick, strings.Join(Scenarios(), ", "), ScenarioDominance, ScenarioZKDominance, ScenarioSoak, ScenarioAll)
 		}
 		if !slices.Contains(out, n) {
 			out = append(out, n)

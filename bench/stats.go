@@ -80,6 +80,60 @@ var (
 	ServerCPUPerOp = Metric{Name: "Server CPU (µs/op)", Decimals: 1, Get: func(r Result) float64 { return perOp(r.ServerCPU, r.ThroughputOps) }}
 )
 
+// Bytes that crossed zones through the test bed's proxies (TCP payload,
+// both ways) per operation done in the window; – when unknown (an external
+// cluster). Background traffic counts too: heartbeats, the router's
+// probes, failed operations.
+var (
+	CrossZoneBytesPerOp       = trafficPerOp("Cross-zone (B/op)", Traffic.CrossZone)
+	ClientCrossZoneBytesPerOp = trafficPerOp("Client cross-zone (B/op)", func(t Traffic) uint64 { return t.ClientCrossZone })
+	PeerCrossZoneBytesPerOp   = trafficPerOp("Peer cross-zone (B/op)", func(t Traffic) uint64 { return t.PeerCrossZone })
+)
+
+func trafficPerOp(name string, bytes func(Traffic) uint64) Metric {
+	return Metric{Name: name, Decimals: 0, Get: func(r Result) float64 {
+		ops := r.Reads + r.Writes
+		if r.Traffic == nil || ops == 0 {
+			return math.NaN()
+		}
+		return float64(bytes(*r.Traffic)) / float64(ops)
+	}}
+}
+
+// The read pool's judgement over the measured window, per member-hour
+// (every member counted, the leader too): ejections, and least_cost's
+// judge's verdicts; and the share of member-time out of the pool. – for a
+// client without a router.
+var (
+	EjectionsPerMemberHour = Metric{Name: "Ejections / member-hour", Decimals: 2, Get: func(r Result) float64 {
+		return perMemberHour(r.WindowEjectionsByMember, r.WindowS)
+	}}
+	VerdictsPerMemberHour = Metric{Name: "Judge verdicts / member-hour", Decimals: 2, Get: func(r Result) float64 {
+		return perMemberHour(r.VerdictsByMember, r.WindowS)
+	}}
+	OutOfPoolPct = Metric{Name: "Out of pool (% of member-time)", Decimals: 3, Share: true, Get: func(r Result) float64 {
+		if len(r.OutOfPoolByMember) == 0 {
+			return math.NaN()
+		}
+		sum := 0.0
+		for _, s := range r.OutOfPoolByMember {
+			sum += s
+		}
+		return 100 * sum / float64(len(r.OutOfPoolByMember))
+	}}
+)
+
+func perMemberHour(counts []uint64, windowS float64) float64 {
+	if len(counts) == 0 || windowS <= 0 {
+		return math.NaN()
+	}
+	var n uint64
+	for _, c := range counts {
+		n += c
+	}
+	return float64(n) / (float64(len(counts)) * windowS / 3600)
+}
+
 // ExtraReads is the hedges sent as a percentage of the reads done.
 var ExtraReads = Metric{Name: "Extra reads (%)", Decimals: 2, Share: true, Get: func(r Result) float64 {
 	if r.Reads == 0 {
@@ -159,6 +213,10 @@ type Comparison struct {
 	// CPU says how the run shared the host's CPU (CPUMode); "" for a
 	// cluster not on the test bed.
 	CPU string `json:",omitempty"`
+	// Topology names the topology it ran on (Options.TopologyName); ""
+	// for a cluster not on the test bed. The title names it and the CPU
+	// mode when set.
+	Topology string `json:",omitempty"`
 }
 
 // Summary returns policy's metric over its trials.
@@ -172,8 +230,13 @@ func (c *Comparison) Summary(policy string, m Metric) Summary {
 
 // Ratio returns policy/baseline for m, paired trial by trial.
 func (c *Comparison) Ratio(policy string, m Metric) Summary {
+	return c.RatioTo(policy, c.Baseline, m)
+}
+
+// RatioTo returns policy/ref for m, paired trial by trial.
+func (c *Comparison) RatioTo(policy, ref string, m Metric) Summary {
 	var xs []float64
-	a, b := c.Trials[policy], c.Trials[c.Baseline]
+	a, b := c.Trials[policy], c.Trials[ref]
 	for k := range min(len(a), len(b)) {
 		if den := m.Get(b[k]); den != 0 && !math.IsNaN(den) {
 			xs = append(xs, m.Get(a[k])/den)
@@ -203,6 +266,9 @@ func (c *Comparison) Markdown() string {
 	title := c.Scenario
 	if c.Variant != "" {
 		title += " · " + c.Variant
+	}
+	if c.Topology != "" {
+		title += " · " + c.setup()
 	}
 	fmt.Fprintf(&b, "#### %s", title)
 	if c.Section != "" {
@@ -263,6 +329,22 @@ func (c *Comparison) Markdown() string {
 		b.WriteString("\nEjections from the read pool per member (m0/m1/…) over each trial, warm-up included: " + e + ".\n")
 	}
 	return b.String()
+}
+
+// setup names the layout and CPU mode the comparison ran on:
+// "three-zones topology, shared cores".
+func (c *Comparison) setup() string {
+	var parts []string
+	if c.Topology != "" {
+		parts = append(parts, c.Topology+" topology")
+	}
+	if n := CPUModeName(c.CPU); n != "" {
+		parts = append(parts, n)
+	}
+	if len(parts) == 0 {
+		return "external cluster"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // ejections lists each routed policy's ejections per member, trial by

@@ -130,3 +130,47 @@ func TestEjectionsShownPerTrial(t *testing.T) {
 		t.Fatalf("ejections line missing or wrong:\n%s", md)
 	}
 }
+
+// TestCrossZonePerOp: cross-zone bytes are divided by the operations done,
+// client and peer apart and together; unknown traffic (an external
+// cluster) reads as –, not as zero.
+func TestCrossZonePerOp(t *testing.T) {
+	known := Result{Policy: Stock, Reads: 80, Writes: 20,
+		Traffic: &Traffic{ClientTotal: 5000, ClientCrossZone: 1000, PeerTotal: 900, PeerCrossZone: 500}}
+	for _, tc := range []struct {
+		m    Metric
+		want float64
+	}{{CrossZoneBytesPerOp, 15}, {ClientCrossZoneBytesPerOp, 10}, {PeerCrossZoneBytesPerOp, 5}} {
+		if got := tc.m.Get(known); got != tc.want {
+			t.Errorf("%s = %v, want %v", tc.m.Name, got, tc.want)
+		}
+	}
+	unknown := Result{Policy: "hybrid", Reads: 80, Writes: 20}
+	if got := CrossZoneBytesPerOp.Get(unknown); !math.IsNaN(got) {
+		t.Errorf("unknown traffic: %v, want NaN", got)
+	}
+	if got := CrossZoneBytesPerOp.Get(Result{Traffic: &Traffic{}}); !math.IsNaN(got) {
+		t.Errorf("no operations: %v, want NaN", got)
+	}
+	c := &Comparison{Scenario: "s", Baseline: Stock, Policies: []string{Stock, "hybrid"}, Metrics: []Metric{CrossZoneBytesPerOp},
+		Trials: map[string][]Result{Stock: {known}, "hybrid": {unknown}}}
+	if md := c.Markdown(); !strings.Contains(md, "| Cross-zone (B/op) | 15 | – | – |") {
+		t.Errorf("cross-zone row:\n%s", md)
+	}
+}
+
+func TestPoolJudgementPerMemberHour(t *testing.T) {
+	r := Result{WindowEjectionsByMember: []uint64{0, 3, 0}, VerdictsByMember: []uint64{1, 1, 1}, OutOfPoolByMember: []float64{0, 0.3, 0}, WindowS: 1800}
+	if got := EjectionsPerMemberHour.Get(r); got != 2 {
+		t.Errorf("ejections per member-hour %v, want 2 (3 in 1.5 member-hours)", got)
+	}
+	if got := VerdictsPerMemberHour.Get(r); got != 2 {
+		t.Errorf("verdicts per member-hour %v, want 2", got)
+	}
+	if got := OutOfPoolPct.Get(r); math.Abs(got-10) > 1e-9 {
+		t.Errorf("out of pool %v %%, want 10", got)
+	}
+	if got := EjectionsPerMemberHour.Get(Result{}); !math.IsNaN(got) {
+		t.Errorf("a client without a router: %v, want NaN (–)", got)
+	}
+}

@@ -161,6 +161,13 @@ func (c *zkCluster) ServerCPU() []time.Duration {
 	return out
 }
 
+func (c *zkCluster) Traffic() (testbed.TrafficCounts, error) {
+	if c.tb == nil {
+		return testbed.TrafficCounts{}, ErrNeedsTestbed
+	}
+	return c.tb.Traffic()
+}
+
 func (c *zkCluster) Close() error {
 	if c.tb != nil {
 		return c.tb.Close()

@@ -15,6 +15,10 @@ const (
 	Sticky     = "sticky"
 	Boltzmann  = "boltzmann"
 	Hybrid     = "hybrid"
+	// LeastCost writes to the leader as Hybrid does and places each
+	// linearizable read where a model of each member's read cost, learned
+	// from the client's own reads, expects it to take least (see readCost).
+	LeastCost = "least_cost"
 )
 
 // Hybrid's variants, each hybrid with one option on: every read hedged
@@ -26,7 +30,9 @@ const (
 )
 
 // Policies lists every policy name, the default first.
-func Policies() []string { return []string{Hybrid, RoundRobin, LeaderOnly, Sticky, Boltzmann} }
+func Policies() []string {
+	return []string{Hybrid, RoundRobin, LeaderOnly, Sticky, Boltzmann, LeastCost}
+}
 
 // Config configures a Router. Zero fields take the documented defaults.
 type Config struct {
@@ -281,7 +287,7 @@ func (c *Config) validate() error {
 		}
 	}
 	switch c.Policy {
-	case RoundRobin, LeaderOnly, Sticky, Boltzmann, Hybrid:
+	case RoundRobin, LeaderOnly, Sticky, Boltzmann, Hybrid, LeastCost:
 	default:
 		return fmt.Errorf("%w: %q (want one of %v)", ErrUnknownPolicy, c.Policy, Policies())
 	}

@@ -7,8 +7,11 @@
 // forward them) and spreads linearizable reads over the healthy read pool (the
 // leader only confirms its commit index; any member serves the read). A member
 // whose read latency drifts far above the others leaves the read pool until it
-// recovers. The other policies exist to compare against: round_robin (stock
-// etcd), sticky (stock ZooKeeper), leader_only and boltzmann.
+// recovers. least_cost keeps hybrid's writes and read pool, and places each
+// linearizable read where a model of each member's read cost, learned from
+// the client's own reads, prices it lowest (readCost). The other policies
+// exist to compare against: round_robin (stock etcd), sticky (stock
+// ZooKeeper), leader_only and boltzmann.
 //
 // # Shape
 //
@@ -113,6 +116,11 @@
 //   - one index space: Pick.Index, Stats, Busy and Member use the roster's
 //     stable indexes, which never move (members are added or retired);
 //   - Pick never panics and, without overrides, never allocates;
+//   - each pick is what its policy says (writes at the leader, or while it
+//     is unknown a serving member; under a read pool, reads from the pool
+//     or an ejected member's probe share and streams from the pool; sticky
+//     on its member), checked against a model of each policy;
+//   - least_cost's model and judge hold finite, non-negative numbers;
 //   - a settled router (probing at StableProbeInterval) knows a leader and
 //     has every live member reachable and in the read pool: any other state
 //     probes every round.

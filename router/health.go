@@ -124,10 +124,12 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 // member keeps its ejection and is judged again once its probes recover.
 // At most a minority of the reachable members is out of the pool (benched
 // ones included); the most severe keep the places, the incumbent on a tie.
-// Only hybrid has a read pool: under the other policies nobody is ejected.
+// Only hybrid and least_cost have a read pool: under the other policies
+// nobody is ejected. Under least_cost the latency rule is its baseline
+// judge's (judgeRound); the rest is as above.
 // Caller must hold r.mu.
 func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed bool) []int {
-	if r.kind != hybridKind {
+	if !r.kind.pooled() {
 		return nil
 	}
 	rounds := make([]readRound, len(r.roster().health))
@@ -191,6 +193,14 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 		if h.ejected {
 			probeOK := !h.probed || len(probes) < 2 || r.inLine(h.probe.Value(), probeMedian, r.cfg.MinProbeEjectGap)
 			fresh := h.freshInLine.Load() >= int64(r.cfg.ReadmitSamples)
+			if r.kind == leastCostKind && h.ejectWhy == outLatency {
+				// Back once its own baseline judge no longer finds it
+				// failing; or, out MaxEjection with its probes in line,
+				// with its baseline forgotten (readmitLocked): a member
+				// slower for good is where it is, and the cost model keeps
+				// reads off it while it is dear.
+				fresh = !h.cost.judge.failing || now.Sub(h.ejectedAt) >= r.cfg.MaxEjection
+			}
 			if now.Before(h.ejectUntil) || !probeOK || !fresh {
 				out = append(out, candidate{i: i, was: true, severity: r.severity(h, rounds[i].signal, h.ejectWhy, median, probeMedian), why: h.ejectWhy})
 			}
@@ -247,7 +257,9 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 			why = outFailures
 		case r.failingMore(i, shares):
 			why = outFailures
-		case h.slowReadRounds >= r.cfg.EjectRounds:
+		case r.kind == leastCostKind && h.cost.judge.failing:
+			why = outLatency // judged against its own baseline (judgeRound), not the others' median
+		case r.kind != leastCostKind && h.slowReadRounds >= r.cfg.EjectRounds:
 			why = outLatency
 		case h.slowProbeRounds >= r.cfg.EjectRounds:
 			why = outProbeRTT
@@ -331,6 +343,9 @@ func (r *Router) severity(h *memberHealth, read time.Duration, why string, media
 	case outProbeRTT:
 		return float64(h.probe.Value()) / float64(max(probeMedian, 1))
 	}
+	if r.kind == leastCostKind {
+		return h.cost.judge.ratio // times slower than its baseline predicts
+	}
 	return float64(read) / float64(max(median, 1))
 }
 
@@ -388,6 +403,7 @@ func (r *Router) ejectLocked(h *memberHealth, now time.Time) {
 		h.ejections = 0 // in the pool long enough: forgiven
 	}
 	h.ejected = true
+	h.ejectedAt = now
 	h.ejections++
 	h.totalEjected++
 	h.ejectUntil = now.Add(ejectionTime(r.cfg.BaseEjection, r.cfg.MaxEjection, h.ejections))
@@ -414,6 +430,9 @@ func ejectionTime(base, max time.Duration, ejections int) time.Duration {
 func (r *Router) readmitLocked(h *memberHealth, median time.Duration, now time.Time) {
 	if median <= 0 {
 		median = r.cfg.InitialLatency
+	}
+	if h.cost.judge.failing {
+		h.cost.judge.rebaseline() // readmitted on reads in line with the pool after MaxEjection out
 	}
 	h.ejected = false
 	h.readmissions++

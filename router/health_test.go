@@ -182,14 +182,18 @@ func TestBenchingNeverEmptiesPool(t *testing.T) {
 }
 
 func TestSlowProbesEject(t *testing.T) {
-	tr := newTestRouter(t, Config{})
-	tr.run(t, 300, LinearizableRead, flat(time.Millisecond))
-	tr.probeRTTs(slowMember("m1", 160*time.Millisecond, time.Millisecond))
-	for range minProbeSamples {
-		tr.refreshSequential()
-	}
-	if m := tr.Stats().Members[1]; !m.Ejected || m.OutReason != outProbeRTT {
-		t.Fatalf("member with 160 ms probes not ejected: %+v", m)
+	for _, policy := range []string{Hybrid, LeastCost} {
+		t.Run(policy, func(t *testing.T) {
+			tr := newTestRouter(t, Config{Policy: policy})
+			tr.run(t, 300, LinearizableRead, flat(time.Millisecond))
+			tr.probeRTTs(slowMember("m1", 160*time.Millisecond, time.Millisecond))
+			for range minProbeSamples {
+				tr.refreshSequential()
+			}
+			if m := tr.Stats().Members[1]; !m.Ejected || m.OutReason != outProbeRTT {
+				t.Fatalf("member with 160 ms probes not ejected: %+v", m)
+			}
+		})
 	}
 }
 

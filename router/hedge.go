@@ -19,8 +19,11 @@ import (
 // ejection needs many slow samples; a hedge answers a short stall (a GC
 // pause, a compaction, a noisy neighbour) on the read it delays.
 //
-// Only reads are hedged, and only under the hybrid policy: a hedge goes to
-// the read pool. Writes and streams never are. A budget caps the extra
+// Only reads are hedged, and only under a policy with a read pool (hybrid,
+// least_cost): a hedge goes to the pool, by rotation. Under least_cost a
+// read's losing attempt is a model sample only when it was cut far above
+// the median (as any censored read), so the model sees less of a member's
+// slow tail than without hedging. Writes and streams never are. A budget caps the extra
 // reads, and failing reads stop hedging, as gRFC A6's retry throttle does.
 type HedgeConfig struct {
 	// Enabled hedges every read unless its call opts out (WithHedging(ctx,
@@ -65,8 +68,8 @@ func (h *HedgeConfig) setDefaults() {
 
 func (h *HedgeConfig) validate(policy string) error {
 	switch {
-	case policy != Hybrid:
-		return fmt.Errorf("%w: hedging needs the %s policy's read pool, not %s", ErrInvalidConfig, Hybrid, policy)
+	case !kindOf(policy).pooled():
+		return fmt.Errorf("%w: hedging needs a read pool (%s or %s), not %s", ErrInvalidConfig, Hybrid, LeastCost, policy)
 	case !(h.Quantile > 0 && h.Quantile < 1):
 		return fmt.Errorf("%w: hedge quantile %v outside (0, 1)", ErrInvalidConfig, h.Quantile)
 	case h.MinDelay < 0:

@@ -65,6 +65,11 @@ func (r *Router) checkInvariants() error {
 	if fair, median := r.fairMedian.Load(), r.readMedian.Load(); fair < 0 || fair > median {
 		return fmt.Errorf("share-fair read median %v outside [0, median %v]", fair, median)
 	}
+	for i, h := range ro.health {
+		if err := h.cost.check(); err != nil {
+			return fmt.Errorf("member %d's read-cost model: %w", i, err)
+		}
+	}
 	if r.settled.Load() && !r.evidence.Load() {
 		// Probing rarely only while nothing needs watching.
 		if s.leader < 0 || len(s.reachable) != live || len(s.pool) != live || len(s.unfit) > 0 {

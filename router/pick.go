@@ -22,7 +22,8 @@ type Pick struct {
 	start        time.Duration // since r.epoch; 0 when the policy ignores latency
 	leaderPinned bool
 	probing      bool   // an ejected member's probe-share read
-	inflight     bool   // counted in the member's inflight (LoadAware)
+	inflight     bool   // counted in the member's inflight (LoadAware, least_cost)
+	queued       int64  // reads in flight on the member at the pick, this one included (least_cost)
 	hedge        bool   // a hedge's pick: its latency is no sample of the pool's
 	observe      bool   // a read whose latency goes to the histogram
 	busyEpoch    uint64 // the member's busyEpoch at the pick, for timed ops
@@ -61,8 +62,8 @@ func (r *Router) Pick(ctx context.Context, op Op) (Pick, error) {
 	ro := r.roster()
 	h := ro.health[p.Index]
 	h.ops[op].Add(1)
-	if r.cfg.LoadAware && op.IsRead() {
-		h.inflight.Add(1)
+	if r.countsInflight && op.IsRead() {
+		p.queued = h.inflight.Add(1)
 		p.inflight = true
 	}
 	if r.hedge != nil && op.IsRead() {
@@ -154,6 +155,12 @@ func (p Pick) Done(o Outcome) {
 				h.freshInLine.Store(0)
 			}
 		}
+		if timed && r.kind == leastCostKind && p.op == LinearizableRead && !p.hedge {
+			// A member that fails fast keeps few reads in flight and
+			// would look cheapest: a failure costs what four reads there
+			// are expected to, at the least.
+			h.cost.record(p.queued, max(latency, time.Duration(4*h.cost.expected(p.queued))))
+		}
 		if timed && r.kind == boltzmannKind {
 			// Errors inflate the estimate so that traffic shifts away.
 			h.all.Add(max(latency, 4*h.all.Value(), 10*r.cfg.InitialLatency))
@@ -187,6 +194,9 @@ func (p Pick) Done(o Outcome) {
 		return
 	}
 	h.sample(latency)
+	if r.kind == leastCostKind && p.op == LinearizableRead && !p.hedge {
+		h.cost.record(p.queued, latency)
+	}
 	if r.hedge != nil && p.op.IsRead() && !p.probing && !p.hedge {
 		r.hedge.rings[p.op].add(latency)
 	}
@@ -215,6 +225,9 @@ func (r *Router) censored(h *memberHealth, p Pick, d time.Duration) {
 		return
 	}
 	h.sample(d)
+	if r.kind == leastCostKind && p.op == LinearizableRead && !p.hedge {
+		h.cost.record(p.queued, d)
+	}
 	h.readStalls.Add(1)
 	r.unsettleIfSettled()
 	if p.probing {
@@ -277,7 +290,7 @@ func (r *Router) choose(s *snapshot, p *Pick) {
 		p.Index = s.sticky
 	case boltzmannKind:
 		p.Index = r.boltzmann(s)
-	default: // hybridKind
+	default: // hybridKind, leastCostKind
 		if p.op == Write {
 			p.Index, p.leaderPinned = r.toLeader(s)
 			return
@@ -306,6 +319,9 @@ func (r *Router) fromPool(s *snapshot, op Op) (idx int, probing bool) {
 	}
 	if op == StaleRead && len(s.local) > 0 {
 		return r.choosePool(s.local), false
+	}
+	if op == LinearizableRead && r.kind == leastCostKind {
+		return r.cheapest(s.pool), false
 	}
 	return r.choosePool(s.pool), false
 }

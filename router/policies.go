@@ -16,6 +16,8 @@ func kindOf(policy string) policyKind {
 		return stickyKind
 	case Boltzmann:
 		return boltzmannKind
+	case LeastCost:
+		return leastCostKind
 	}
 	return hybridKind
 }
@@ -65,4 +67,9 @@ const (
 	leaderOnlyKind
 	stickyKind
 	boltzmannKind
+	leastCostKind
 )
+
+// pooled reports whether the policy keeps a read pool: reads spread over
+// the healthy members, judged by ejectionsLocked.
+func (k policyKind) pooled() bool { return k == hybridKind || k == leastCostKind }

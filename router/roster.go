@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -34,8 +35,10 @@ type memberHealth struct {
 	// overlapped one is not taken as evidence.
 	busy      atomic.Int32
 	busyEpoch atomic.Uint64
-	// inflight counts reads picked and not yet done, under LoadAware.
+	// inflight counts reads picked and not yet done, under LoadAware and
+	// least_cost.
 	inflight atomic.Int64
+	cost     readCost // least_cost's model
 	// weight is boltzmann's exp(−EWMA/τ), as float64 bits, refreshed when a
 	// sample lands so that Pick does no exp of its own.
 	weight atomic.Uint64
@@ -62,6 +65,7 @@ type memberHealth struct {
 	ejectWhy      string    // why it was ejected
 	benchWhy      string    // why its probes bench it, "" when they do not
 	ejectUntil    time.Time // the least end of the current ejection
+	ejectedAt     time.Time // the start of the current or last ejection
 	ejections     int       // ejections not yet forgiven: the backoff's exponent
 	totalEjected  uint64
 	readmissions  uint64
@@ -152,6 +156,7 @@ func (r *Router) newHealth() *memberHealth {
 	h.all, _ = ewma.New(r.cfg.Alpha, r.cfg.InitialLatency)
 	h.probe, _ = ewma.New(r.cfg.Alpha, r.cfg.InitialLatency)
 	r.updateWeight(h)
+	h.cost.least.Store(math.MaxUint64)
 	return h
 }
 

@@ -24,6 +24,9 @@ type Router struct {
 	kind    policyKind
 	seeded  bool         // random() uses rnd; else the runtime's per-thread generator
 	timed   [numOps]bool // the policy consumes this class's latency
+	// countsInflight: reads in flight per member are counted (LoadAware's
+	// and least_cost's load term).
+	countsInflight bool
 
 	snap atomic.Pointer[snapshot]
 	// hedge is nil unless Config.Hedge is set.
@@ -85,13 +88,14 @@ func New(cfg Config) (*Router, error) {
 	}
 	_, r.sysTime = cfg.Clock.(systemClock)
 	r.kind = kindOf(cfg.Policy)
+	r.countsInflight = cfg.LoadAware || r.kind == leastCostKind
 	if cfg.Hedge != nil {
 		r.hedge = newHedger(*cfg.Hedge)
 	}
 	for op := range Op(numOps) {
 		// Reading the clock costs more than the rest of Pick, so only the
 		// classes whose latency the policy uses are timed.
-		r.timed[op] = (r.kind == hybridKind && op.IsRead()) || (r.kind == boltzmannKind && op != Stream)
+		r.timed[op] = (r.kind.pooled() && op.IsRead()) || (r.kind == boltzmannKind && op != Stream)
 	}
 	r.rnd.Store(cfg.Seed)
 	r.seeded = cfg.Seed != 0

@@ -63,6 +63,26 @@ type MemberStats struct {
 	Leader        bool
 	// Retired: SetMembers removed it; it takes no traffic.
 	Retired bool
+	// ReadCost is the least_cost policy's model of the member; zero under
+	// the other policies.
+	ReadCost ReadCostStats
+}
+
+// ReadCostStats is least_cost's read-cost model of one member and its
+// baseline judge's verdict (see the godoc of readCost and judgeRound in
+// router/readcost.go and router/readjudge.go).
+type ReadCostStats struct {
+	// Base and PerRead are the fitted line: a read placed while q of the
+	// client's reads are in flight there is expected to take
+	// Base + PerRead × (q + 1). Zero until the fit holds enough reads.
+	Base, PerRead time.Duration
+	// Excess is the baseline judge's evidence that the member is slower
+	// than its own baseline predicts, as a share of its threshold: it finds
+	// the member failing from when Excess reaches 1 until it falls below
+	// 0.5, and the member leaves the read pool on latency meanwhile.
+	// Verdicts counts the times it reached 1.
+	Excess   float64
+	Verdicts uint64
 }
 
 // Reads returns the linearizable and stale reads routed to the member.
@@ -103,6 +123,9 @@ func (r *Router) Stats() Stats {
 		}
 		for _, j := range s.reachable {
 			ms.Reachable = ms.Reachable || i == j
+		}
+		if r.kind == leastCostKind {
+			ms.ReadCost = h.cost.stats()
 		}
 		switch {
 		case slices.Contains(s.benched, i):

@@ -45,7 +45,9 @@ type control struct {
 	// Net replaces the network state; the member answers ackLine.
 	Net *netState `json:"net,omitempty"`
 	// Query "accepted" asks how many client connections the member's
-	// client proxy has accepted; the member answers "accepted N".
+	// client proxy has accepted; the member answers "accepted N". Query
+	// "traffic" asks what its proxies have forwarded; it answers "traffic"
+	// and a linkTraffic in JSON.
 	Query string `json:"query,omitempty"`
 }
 
@@ -92,7 +94,19 @@ func runMember(raw string) int {
 	defer peerProxy.Close()
 	// Control from the start: a network change made while etcd starts
 	// reaches the proxies at once.
-	parentGone := serveControl(net, []*proxy.Proxy{clientProxy, peerProxy}, clientProxy.Accepted)
+	traffic := func() linkTraffic {
+		l := linkTraffic{Client: clientProxy.Forwarded()[""]}
+		ids := net.Load().IDs
+		for key, n := range peerProxy.Forwarded() {
+			from, ok := ids[key]
+			if !ok {
+				from = unknownSender
+			}
+			l.addPeer(from, n)
+		}
+		return l
+	}
+	parentGone := serveControl(net, []*proxy.Proxy{clientProxy, peerProxy}, clientProxy.Accepted, traffic)
 
 	cfg := embed.NewConfig()
 	cfg.Name, cfg.Dir = spec.Name, spec.Dir
@@ -163,10 +177,10 @@ func readSpec[S childSpec](who, raw string) (spec S, net *atomic.Pointer[netStat
 
 // serveControl answers the parent's control lines on stdin: network state
 // changes (acknowledged once applied: chunks in flight follow the new state
-// and the proxies have rechecked their idle connections) and the client
-// proxy's accept count. The returned channel closes when stdin does, that
-// is when the parent died.
-func serveControl(net *atomic.Pointer[netState], proxies []*proxy.Proxy, accepted func() uint64) <-chan struct{} {
+// and the proxies have rechecked their idle connections), the client
+// proxy's accept count and the proxies' traffic. The returned channel
+// closes when stdin does, that is when the parent died.
+func serveControl(net *atomic.Pointer[netState], proxies []*proxy.Proxy, accepted func() uint64, traffic func() linkTraffic) <-chan struct{} {
 	parentGone := make(chan struct{})
 	go func() {
 		defer close(parentGone)
@@ -187,6 +201,9 @@ func serveControl(net *atomic.Pointer[netState], proxies []*proxy.Proxy, accepte
 				fmt.Println(ackLine)
 			case c.Query == "accepted":
 				fmt.Println("accepted", accepted())
+			case c.Query == "traffic":
+				b, _ := json.Marshal(traffic()) // plain numbers: cannot fail
+				fmt.Println("traffic", string(b))
 			}
 		}
 	}()

@@ -18,6 +18,8 @@
 // while clients still reach it, make its client link reset connections,
 // pause (SIGSTOP), kill (SIGKILL), restart a member, and move leadership.
 // Both cluster types share the knobs, with the same names and meaning.
+// The proxies also count the bytes they forward, and Traffic sorts them by
+// whether they crossed zones, as a cloud bills them.
 //
 // ZooKeeper ensembles (StartZK) are real QuorumPeerMain JVMs from Debian's
 // zookeeper package. Each server's proxies run in a process of their own

@@ -164,6 +164,13 @@ func (s *server) close() {
 // for a host that Pause froze (an etcd member's own process): that one
 // answers when it thaws.
 func (s *server) ask(msg control, timeout time.Duration) (string, error) {
+	r, _, err := s.askHost(msg, timeout)
+	return r, err
+}
+
+// askHost is ask that also returns the proxy host that answered, for
+// answers that hold since that host started (its counters).
+func (s *server) askHost(msg control, timeout time.Duration) (string, *process, error) {
 	s.mu.Lock()
 	p, frozen := s.ctl, s.frozen
 	if p != s.proc {
@@ -171,13 +178,13 @@ func (s *server) ask(msg control, timeout time.Duration) (string, error) {
 	}
 	s.mu.Unlock()
 	if !p.running() {
-		return "", fmt.Errorf("%w: %s", ErrNotRunning, s.name)
+		return "", nil, fmt.Errorf("%w: %s", ErrNotRunning, s.name)
 	}
 	r, err := p.ask(msg, timeout, frozen)
 	if err != nil {
-		return "", fmt.Errorf("testbed: %s: %w", s.name, err)
+		return "", nil, fmt.Errorf("testbed: %s: %w", s.name, err)
 	}
-	return r, nil
+	return r, p, nil
 }
 
 // clientConnections returns how many connections the member's client proxy

@@ -47,6 +47,7 @@ func runZKProxies(raw string) int {
 	}
 	var client *proxy.Proxy
 	var all []*proxy.Proxy
+	peers := map[*proxy.Proxy]int{} // quorum and election proxies → sender
 	for _, l := range spec.Links {
 		shape := func(string, proxy.Direction) proxy.Link { return net.Load().clientLink(spec.Index) }
 		if l.From >= 0 {
@@ -66,6 +67,8 @@ func runZKProxies(raw string) int {
 		all = append(all, p)
 		if l.From < 0 {
 			client = p
+		} else {
+			peers[p] = l.From
 		}
 	}
 	if client == nil {
@@ -73,7 +76,15 @@ func runZKProxies(raw string) int {
 		return 2
 	}
 	fmt.Println(readyLine)
-	parentGone := serveControl(net, all, client.Accepted)
+	traffic := func() linkTraffic {
+		// One key per proxy: none identifies its connections.
+		l := linkTraffic{Client: client.Forwarded()[""]}
+		for p, from := range peers {
+			l.addPeer(from, p.Forwarded()[""])
+		}
+		return l
+	}
+	parentGone := serveControl(net, all, client.Accepted, traffic)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	select {

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -97,72 +98,154 @@ func run() error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
-	var topology *testbed.Topology
-	switch *topoFile {
-	case "":
-	case threeZones:
-		topo := testbed.ThreeZoneTopology()
-		topology = &topo
-	default:
-		topo, err := testbed.LoadTopology(*topoFile)
+	names := strings.Split(*scenario, ",")
+	setups, grid := setupsFor(names, set, setup{*topoFile, *memberCPU, *clientCPU}, *endpoints != "")
+	base := bench.Options{Workload: w, Set: set, Trials: *trials, Nodes: *nodes, Logf: logf}
+	if *policies != "" {
+		base.Policies = strings.Split(*policies, ",")
+	}
+	if *endpoints != "" {
+		base.Endpoints = strings.Split(*endpoints, ",")
+		logf("attaching to %v: no fault injection, no oracle", base.Endpoints)
+	}
+	// Every setup's options before the first cluster starts: a bad flag
+	// fails at once, not hours into the grid.
+	var runs []bench.Options
+	for i, s := range setups {
+		opts, err := s.options(base, *backend)
 		if err != nil {
 			return err
 		}
-		topology = &topo
+		if grid && s.memberCPU == auto && !bench.BudgetsOf(opts.Backend).Confined() {
+			if i == 0 {
+				logf("the grid runs on shared cores only: members cannot have budgets here")
+			}
+			continue
+		}
+		runs = append(runs, opts)
 	}
-	size := *nodes // scenarios of a fixed size say their own budgets in their tables
-	if topology != nil {
-		size = len(topology.Zones)
-	}
-	budgets, client, err := cpuBudgets(*memberCPU, *clientCPU, size, *endpoints != "")
-	if err != nil {
-		return err
-	}
-	var be bench.Backend
-	switch *backend {
-	case "etcd":
-		be = bench.Etcd{CPUBudgets: budgets}
-	case "zk":
-		be = bench.ZooKeeper{CPUBudgets: budgets}
-	default:
-		return fmt.Errorf("unknown backend %q (want etcd or zk)", *backend)
-	}
-	opts := bench.Options{Backend: be, Workload: w, Set: set, Trials: *trials, Nodes: *nodes, Logf: logf, ClientCPU: client}
-	if *policies != "" {
-		opts.Policies = strings.Split(*policies, ",")
-	}
-	opts.Topology = topology
-	if *endpoints != "" {
-		opts.Endpoints = strings.Split(*endpoints, ",")
-		logf("attaching to %v: no fault injection, no oracle", opts.Endpoints)
-	}
-	opts.Progress = newProgress()
-	r, err := bench.NewRunner(opts)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *scenario == bench.ScenarioFleet {
+		opts := runs[0]
+		opts.Progress = newProgress()
+		r, err := bench.NewRunner(opts)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
 		return runFleet(ctx, r, opts, *out, *fleetRows)
 	}
-	header := headerText(opts, *scenario)
-	fmt.Print(header)
-	comps, err := r.Run(ctx, strings.Split(*scenario, ",")...)
-	opts.Progress.(*progress).close()
-	if len(comps) > 0 {
-		fmt.Println()
-		fmt.Print(bench.Markdown(comps))
-		if *out != "" {
-			if werr := bench.WriteFiles(*out, comps, header); werr != nil {
-				return werr
+	var comps []*bench.Comparison
+	var headers []string
+	for i, opts := range runs {
+		if len(runs) > 1 {
+			logf("layout and CPU mode %d of %d: %s topology, %s", i+1, len(runs), opts.TopologyName, bench.CPUModeName(bench.CPUMode(opts.Backend, opts.Nodes, opts.ClientCPU)))
+		}
+		header := headerText(opts, *scenario)
+		headers = append(headers, header)
+		fmt.Print(header)
+		cs, err := runSetup(ctx, opts, names)
+		comps = append(comps, cs...)
+		if len(cs) > 0 {
+			fmt.Println()
+			fmt.Print(bench.Markdown(cs))
+			if *out != "" {
+				// After each setup, so that an interrupted grid keeps
+				// what it measured.
+				if werr := bench.WriteFiles(*out, comps, strings.Join(headers, "\n")); werr != nil {
+					return werr
+				}
+				logf("wrote %s/{tables.md,results.json,results.csv,*.png}", *out)
 			}
-			logf("wrote %s/{tables.md,results.json,results.csv,*.png}", *out)
+		}
+		if err != nil {
+			return err
 		}
 	}
-	return err
+	if len(runs) > 1 {
+		if d := bench.DominanceMarkdown(comps); d != "" {
+			fmt.Print("\nEvery layout and CPU mode:\n\n" + d)
+		}
+	}
+	return nil
+}
+
+// setup is a layout and CPU mode to run scenarios on: --topology,
+// --member-cpu and --client-cpu.
+type setup struct {
+	topology, memberCPU, clientCPU string
+}
+
+// setupsFor is where the scenarios run: the dominance grid on every
+// layout (the default topology, three zones) and CPU mode (budgets,
+// shared cores) in turn, unless the user picked one with --topology or
+// --member-cpu; anything else on the one the flags say (flags). grid
+// says which.
+func setupsFor(names []string, set map[string]bool, flags setup, external bool) (setups []setup, grid bool) {
+	if set["topology"] || set["member-cpu"] || external || !slices.ContainsFunc(names, bench.SpansGrid) {
+		return []setup{flags}, false
+	}
+	// --client-cpu is for the budgets: on shared cores the client runs
+	// unconfined.
+	return []setup{{"", auto, flags.clientCPU}, {"", "0", auto}, {threeZones, auto, flags.clientCPU}, {threeZones, "0", auto}}, true
+}
+
+// options completes base for s: the topology, the CPU budgets and the
+// backend on them.
+func (s setup) options(base bench.Options, backend string) (bench.Options, error) {
+	opts := base
+	switch s.topology {
+	case "":
+		if len(opts.Endpoints) == 0 {
+			opts.TopologyName = "default"
+		}
+	case threeZones:
+		topo := testbed.ThreeZoneTopology()
+		opts.Topology, opts.TopologyName = &topo, threeZones
+	default:
+		topo, err := testbed.LoadTopology(s.topology)
+		if err != nil {
+			return opts, err
+		}
+		opts.Topology, opts.TopologyName = &topo, strings.TrimSuffix(filepath.Base(s.topology), filepath.Ext(s.topology))
+	}
+	size := opts.Nodes // scenarios of a fixed size say their own budgets in their tables
+	if opts.Topology != nil {
+		size = len(opts.Topology.Zones)
+	}
+	budgets, client, err := cpuBudgets(s.memberCPU, s.clientCPU, size, len(opts.Endpoints) > 0)
+	if err != nil {
+		return opts, err
+	}
+	opts.ClientCPU = client
+	switch backend {
+	case "etcd":
+		opts.Backend = bench.Etcd{CPUBudgets: budgets}
+	case "zk":
+		opts.Backend = bench.ZooKeeper{CPUBudgets: budgets}
+	default:
+		return opts, fmt.Errorf("unknown backend %q (want etcd or zk)", backend)
+	}
+	return opts, nil
+}
+
+// runSetup runs the scenarios on a runner of its own, closed (its
+// clusters stopped, the client released) before it returns.
+func runSetup(ctx context.Context, opts bench.Options, names []string) ([]*bench.Comparison, error) {
+	p := newProgress()
+	opts.Progress = p
+	r, err := bench.NewRunner(opts)
+	if err != nil {
+		return nil, err
+	}
+	comps, err := r.Run(ctx, names...)
+	p.close()
+	if cerr := r.Close(); err == nil {
+		err = cerr
+	}
+	return comps, err
 }
 
 func headerText(opts bench.Options, scenario string) string {

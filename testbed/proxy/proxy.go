@@ -14,6 +14,9 @@
 // which reads the first bytes the dialer sends (etcd's raft connections name
 // their sender in an X-Server-From header), so one listener can give each
 // sender its own delay.
+//
+// Forwarded counts the bytes written to each side by connection key, for
+// pricing what crosses the emulated zones.
 package proxy
 
 import (
@@ -102,7 +105,20 @@ type Proxy struct {
 	mu     sync.Mutex
 	flows  map[*flow]struct{}
 	closed bool
-	wg     sync.WaitGroup
+	// forwarded counts bytes by connection key; an entry, once made, is
+	// never replaced, so a flow adds to its own without the lock.
+	forwarded map[string]*byteCounts
+	wg        sync.WaitGroup
+}
+
+// byteCounts is the bytes forwarded for one key, indexed by Direction.
+type byteCounts [2]atomic.Uint64
+
+// Bytes is how many bytes a proxy has forwarded for one key.
+type Bytes struct {
+	// Upstream bytes were written to the target, Downstream bytes back to
+	// the dialer.
+	Upstream, Downstream uint64
 }
 
 // flow is one proxied connection: the dialer's and, once dialled, the one
@@ -119,6 +135,21 @@ type flow struct {
 
 // Accepted returns how many connections the proxy has accepted.
 func (p *Proxy) Accepted() uint64 { return p.accepted.Load() }
+
+// Forwarded returns the bytes forwarded since the proxy started, by
+// connection key (Config.Identify's): the TCP payload written to the far
+// side, counted once written, so neither bytes a Blackhole dropped nor
+// bytes still delayed or lost with a reset connection count. A key is
+// listed from its first connection's identification on.
+func (p *Proxy) Forwarded() map[string]Bytes {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]Bytes, len(p.forwarded))
+	for key, n := range p.forwarded {
+		out[key] = Bytes{Upstream: n[Upstream].Load(), Downstream: n[Downstream].Load()}
+	}
+	return out
+}
 
 // ErrClosed is returned by operations on a closed Proxy.
 var ErrClosed = errors.New("proxy: closed")
@@ -143,7 +174,7 @@ func listen(network, addr string, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: listen: %w", err)
 	}
-	p := &Proxy{cfg: cfg, ln: ln, flows: map[*flow]struct{}{}}
+	p := &Proxy{cfg: cfg, ln: ln, flows: map[*flow]struct{}{}, forwarded: map[string]*byteCounts{}}
 	p.wg.Go(p.acceptLoop)
 	return p, nil
 }
@@ -251,10 +282,17 @@ func (p *Proxy) remove(f *flow) {
 	f.close()
 }
 
-func (p *Proxy) identified(f *flow, key string) {
+// identified records f's key and returns the counts its bytes add to.
+func (p *Proxy) identified(f *flow, key string) *byteCounts {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	f.key, f.identified = key, true
-	p.mu.Unlock()
+	n := p.forwarded[key]
+	if n == nil {
+		n = new(byteCounts)
+		p.forwarded[key] = n
+	}
+	return n
 }
 
 // dialled attaches the connection to the target; false (and up closed)
@@ -293,7 +331,7 @@ func (p *Proxy) serve(f *flow) {
 	}
 	// Known before checked: a Recheck that misses f (not yet identified)
 	// ran before this check, which then sees the shaping it applied.
-	p.identified(f, key)
+	counts := p.identified(f, key)
 	if p.resets(key) {
 		p.reset(f)
 		return
@@ -306,8 +344,8 @@ func (p *Proxy) serve(f *flow) {
 		return
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { p.pipe(up, f.down, f, key, Upstream, first) })
-	wg.Go(func() { p.pipe(f.down, up, f, key, Downstream, nil) })
+	wg.Go(func() { p.pipe(up, f.down, f, key, Upstream, first, &counts[Upstream]) })
+	wg.Go(func() { p.pipe(f.down, up, f, key, Downstream, nil, &counts[Downstream]) })
 	wg.Wait()
 }
 
@@ -362,13 +400,14 @@ const chunkSize = 32 << 10
 
 var buffers = sync.Pool{New: func() any { b := make([]byte, chunkSize); return &b }}
 
-// pipe copies src to dst, delaying each chunk by the link's shaping.
-func (p *Proxy) pipe(dst, src net.Conn, f *flow, key string, dir Direction, first []byte) {
+// pipe copies src to dst, delaying each chunk by the link's shaping, and
+// adds the bytes written to dst to forwarded.
+func (p *Proxy) pipe(dst, src net.Conn, f *flow, key string, dir Direction, first []byte, forwarded *atomic.Uint64) {
 	queue := make(chan chunk, 4096)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		p.writeLoop(dst, queue)
+		p.writeLoop(dst, queue, forwarded)
 	}()
 	defer func() {
 		close(queue)
@@ -460,7 +499,7 @@ func (p *Proxy) shape(key string, dir Direction) Link {
 	return p.cfg.Shape(key, dir)
 }
 
-func (p *Proxy) writeLoop(dst net.Conn, queue <-chan chunk) {
+func (p *Proxy) writeLoop(dst net.Conn, queue <-chan chunk, forwarded *atomic.Uint64) {
 	t, err := newTimer()
 	if err != nil {
 		// Without a timerfd, fall back to Go's timers: coarser, still correct.
@@ -516,7 +555,10 @@ func (p *Proxy) writeLoop(dst net.Conn, queue <-chan chunk) {
 		for i, b := range batch {
 			bufs[i] = b.data
 		}
-		if _, err := bufs.WriteTo(dst); err != nil {
+		// One add per batch; a failed write counts what it did write.
+		n, err := bufs.WriteTo(dst)
+		forwarded.Add(uint64(n))
+		if err != nil {
 			failed = true
 			dst.Close()
 		}

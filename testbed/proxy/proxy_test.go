@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"slices"
@@ -339,4 +340,51 @@ func TestResetAfterReply(t *testing.T) {
 	roundTrips(t, old, 3) // answered before: untouched
 	on.Store(false)
 	roundTrips(t, dial(t, p.Addr()), 3)
+}
+
+// TestForwarded: the counts are exact both ways, per key, and leave out
+// the bytes a Blackhole drops in either direction.
+func TestForwarded(t *testing.T) {
+	holes := map[string]Direction{"up-hole": Upstream, "down-hole": Downstream}
+	p := startProxy(t, Config{
+		Target:   echoServer(t),
+		Identify: HeaderKey("X-Server-From"),
+		Shape: func(key string, dir Direction) Link {
+			hole, ok := holes[key]
+			return Link{Blackhole: ok && hole == dir}
+		},
+	})
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 5000) // 80 KiB: several chunks
+	// exchange sends a request head naming key and the payload, half-closes
+	// and reads the echo to EOF: once the proxy has closed towards the
+	// dialer, both directions' bytes have been written and counted.
+	exchange := func(key string) (sent, echoed int) {
+		c := dial(t, p.Addr())
+		msg := append([]byte("GET /raft/stream HTTP/1.1\r\nHost: x\r\nX-Server-From: "+key+"\r\n\r\n"), payload...)
+		go func() {
+			c.Write(msg)
+			c.(*net.TCPConn).CloseWrite()
+		}()
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		got, err := io.ReadAll(c)
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		return len(msg), len(got)
+	}
+	sent, _ := exchange("both")
+	exchange("both")
+	exchange("up-hole")
+	if _, echoed := exchange("down-hole"); echoed != 0 {
+		t.Errorf("down-hole: %d bytes came back through a downstream blackhole", echoed)
+	}
+	upOnly := sent - len("both") + len("down-hole")
+	want := map[string]Bytes{
+		"both":      {Upstream: uint64(2 * sent), Downstream: uint64(2 * sent)},
+		"up-hole":   {},
+		"down-hole": {Upstream: uint64(upOnly)},
+	}
+	if got := p.Forwarded(); !maps.Equal(got, want) {
+		t.Errorf("Forwarded() = %v, want %v", got, want)
+	}
 }

@@ -1,0 +1,194 @@
+package router
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// judgeWorld simulates rounds of reads on members whose latency follows
+// base + perRead × x, times a log-normal factor per read (sd readSD in log
+// latency), times a factor per round shared by every member (a busy host)
+// and one per member (what the line misses, sd modelSD).
+type judgeWorld struct {
+	rnd             *rand.Rand
+	costs           []*readCost
+	base, perRead   []time.Duration
+	slow            []float64 // a grey failure: the member's reads take this many times longer
+	readSD, modelSD float64
+}
+
+func newJudgeWorld(seed uint64, members int) *judgeWorld {
+	w := &judgeWorld{rnd: rand.New(rand.NewPCG(seed, 1)), readSD: 0.5, modelSD: 0.1}
+	for i := range members {
+		w.costs = append(w.costs, &readCost{})
+		w.base = append(w.base, time.Duration(1+i)*time.Millisecond) // farther members read slower, for ever
+		w.perRead = append(w.perRead, 200*time.Microsecond)
+		w.slow = append(w.slow, 1)
+	}
+	return w
+}
+
+// round ends reads[i] reads on each member i, the round's shared slowdown
+// being common, and judges the round.
+func (w *judgeWorld) round(reads []int, common float64) {
+	for i, c := range w.costs {
+		c.round = [6]float64{}
+		member := math.Exp(w.rnd.NormFloat64() * w.modelSD)
+		for range reads[i] {
+			x := float64(1 + w.rnd.IntN(4))
+			ns := float64(w.base[i]+time.Duration(x)*w.perRead[i]) * w.slow[i] * common * member * math.Exp(w.rnd.NormFloat64()*w.readSD-w.readSD*w.readSD/2)
+			us := ns / 1e3 // the round's sums are in µs
+			c.round[0]++
+			c.round[1] += x
+			c.round[2] += us
+			c.round[3] += x * x
+			c.round[4] += x * us
+			c.round[5] += us * us
+		}
+	}
+	judgeRound(w.costs, false)
+}
+
+func (w *judgeWorld) verdicts() (n uint64) {
+	for _, c := range w.costs {
+		n += c.judge.verdicts
+	}
+	return n
+}
+
+// A member nine times slower than its baseline (the degraded follower's
+// +8 ms on 1 ms reads) is found failing within four rounds (the godoc
+// derives three), with two reads a round on it; the others are not.
+func TestJudgeFindsAMemberSlowerThanItsBaseline(t *testing.T) {
+	w := newJudgeWorld(1, 3)
+	reads := []int{200, 2, 2}
+	for range 400 {
+		w.round(reads, 1)
+	}
+	if n := w.verdicts(); n != 0 {
+		t.Fatalf("%d verdicts while healthy", n)
+	}
+	w.slow[1] = 9
+	for k := 1; ; k++ {
+		w.round(reads, 1)
+		if w.costs[1].judge.failing {
+			t.Logf("failing after %d rounds", k)
+			break
+		}
+		if k == 4 {
+			t.Fatalf("not failing after 4 rounds: excess %.2f of the threshold (%+v)", w.costs[1].judge.excess/judgeThreshold, w.costs[1].judge)
+		}
+	}
+	if w.costs[0].judge.failing || w.costs[2].judge.failing {
+		t.Fatal("a healthy member found failing beside the slow one")
+	}
+	// Healed: it comes back to its baseline, which did not learn the failure.
+	w.slow[1] = 1
+	for range 20 {
+		w.round(reads, 1)
+	}
+	if w.costs[1].judge.failing {
+		t.Fatalf("still failing 20 rounds after the heal: excess %.2f", w.costs[1].judge.excess/judgeThreshold)
+	}
+}
+
+// What slows every member at once is no member's failure.
+func TestJudgeIgnoresWhatSlowsEveryMember(t *testing.T) {
+	w := newJudgeWorld(2, 3)
+	reads := []int{100, 20, 20}
+	for range 400 {
+		w.round(reads, 1)
+	}
+	for range 200 {
+		w.round(reads, 4)
+	}
+	if n := w.verdicts(); n != 0 {
+		t.Fatalf("%d verdicts while every member was 4 times slower", n)
+	}
+}
+
+// Distance is not failure: a member far slower than the others, as it
+// always was, is not found failing.
+func TestJudgeKeepsAFarMember(t *testing.T) {
+	w := newJudgeWorld(3, 3)
+	w.base[2] = 40 * time.Millisecond
+	for range 2000 {
+		w.round([]int{100, 20, 5}, 1)
+	}
+	if n := w.verdicts(); n != 0 {
+		t.Fatalf("%d verdicts on members as they always were", n)
+	}
+}
+
+// The false-verdict rate on healthy members, with log-normal reads and
+// what the line misses varying round to round, stays within what the
+// godoc derives for Gaussian residuals (0.3 an hour over three members):
+// 100,000 rounds is about seven hours at four rounds a second.
+func TestJudgeFalseVerdictRate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100,000 rounds")
+	}
+	w := newJudgeWorld(4, 3)
+	const rounds = 100_000
+	for k := range rounds {
+		// The reads per round vary as a client's load does.
+		reads := []int{50 + k%200, 1 + k%7, 1 + k%3}
+		w.round(reads, math.Exp(w.rnd.NormFloat64()*0.2))
+	}
+	hours := rounds * DefaultProbeInterval.Hours()
+	t.Logf("%d false verdicts in %.1f hours of rounds", w.verdicts(), hours)
+	if rate := float64(w.verdicts()) / hours; rate > 1 {
+		t.Fatalf("%.2f false verdicts an hour, want at most 1", rate)
+	}
+}
+
+// Under least_cost the judge is the read pool's latency rule: at load
+// (2,000 reads a round, placed by the policy, so a follower gets only its
+// exploration share and, once out, its probe share), a member nine times
+// slower than its baseline leaves within four rounds and comes back within
+// eight of its reads returning to it (on its probe share alone), while a
+// member that was always far stays in.
+func TestLeastCostEjectsOnItsJudgesVerdict(t *testing.T) {
+	tr := newTestRouter(t, Config{Policy: LeastCost})
+	latency := []time.Duration{time.Millisecond, 1500 * time.Microsecond, 4 * time.Millisecond} // m2 is far
+	round := func() {
+		for range 2000 {
+			p, err := tr.Pick(t.Context(), LinearizableRead)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr.clock.Advance(latency[p.Index])
+			p.Done(OK)
+		}
+		tr.clock.Advance(250 * time.Millisecond)
+		tr.probeRound()
+	}
+	for range 100 {
+		round()
+	}
+	tr.expectNoneEjected(t, "while every member reads as it always did")
+	latency[1] *= 9
+	for k := 1; !tr.Stats().Members[1].Ejected; k++ {
+		if k > 4 {
+			t.Fatalf("m1, nine times slower than its baseline, still in the pool after 4 rounds: %+v", tr.Stats().Members[1].ReadCost)
+		}
+		round()
+	}
+	if m := tr.Stats().Members[1]; m.OutReason != outLatency {
+		t.Fatalf("m1 out for %q, want %q", m.OutReason, outLatency)
+	}
+	latency[1] /= 9
+	for k := 1; tr.Stats().Members[1].Ejected; k++ {
+		if k > 8 {
+			t.Fatalf("m1 still out 8 rounds after its reads returned to its baseline: %+v", tr.Stats().Members[1].ReadCost)
+		}
+		round()
+	}
+	for _, m := range tr.Stats().Members {
+		if m.Member.ID != "m1" && m.Ejections > 0 {
+			t.Fatalf("%s ejected %d times", m.Member.ID, m.Ejections)
+		}
+	}
+}
