@@ -95,10 +95,6 @@ const (
 	// trusted; until then the member is priced as Config.InitialLatency
 	// per read in flight.
 	costMinWeight = 8
-	// costSharpness is the exponent of least_cost's weights: a member
-	// costing c is drawn with weight (c_min ÷ c)^costSharpness, so one 5 %
-	// dearer than the cheapest gets 0.46 of its weight, 20 % dearer 0.05.
-	costSharpness = 16
 )
 
 // record feeds one read that took y with x reads in flight (itself
@@ -209,8 +205,9 @@ func (f costFit) line(floor float64) (base, perRead float64, ok bool) {
 
 // cheapest draws a member of set (the read pool, not empty) for a
 // linearizable read: ProbeShare of the draws uniformly, so that every model
-// stays fresh, the rest with weight (c_min ÷ c)^costSharpness over each
-// member's cost c (readCost). The weights depend
+// stays fresh, the rest with weight (c_min ÷ c)^16 over each member's
+// cost c (readCost): a member 5 % dearer than the cheapest gets 0.46 of
+// its weight, 20 % dearer 0.05. The weights depend
 // only on the ratios of the costs, so the leader a zone away and a leader
 // beside the client are treated alike; the cost's in-flight term spreads
 // the reads as the cheapest member's queue grows, and the draw (rather than
@@ -244,7 +241,7 @@ func (r *Router) cheapest(set []int) int {
 		w *= w // ^2
 		w *= w // ^4
 		w *= w // ^8
-		w *= w // ^16 = costSharpness
+		w *= w // ^16
 		costs[k] = w
 		sum += w
 	}
