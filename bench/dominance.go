@@ -26,9 +26,16 @@ var dominanceJudged = []string{dominanceCandidate, router.Hybrid}
 
 // Verdicts of a judged policy against a cell's best.
 const (
-	verdictWithin = "within" // |ratio − 1| ≤ max(tolerance, sd), or better than the best
-	verdictTrails = "trails"
+	verdictWithin   = "within"         // |ratio − 1| ≤ tolerance, or better than the best
+	verdictWithinSD = "within (by sd)" // tolerance < |ratio − 1| ≤ sd: the floor's "one sd", but the trials cannot tell
+	verdictTrails   = "trails"         // beyond both
+	verdictFailed   = "failed trials"  // a trial with no operations, or errors over maxErrorShare of them
 )
+
+// maxErrorShare is the share of a trial's operations that may fail before
+// the trial counts as failed: a policy whose trials failed is neither a
+// cell's best nor judged against it.
+const maxErrorShare = 0.01
 
 // judgedMetric is a metric the summary judges and which way is better.
 type judgedMetric struct {
@@ -40,7 +47,7 @@ type judgedMetric struct {
 // dominanceJudgedMetrics are the summary's metrics; write latency is
 // undefined (–) in cells without writes.
 var dominanceJudgedMetrics = []judgedMetric{
-	{"Read P50", "ms", ReadP50, false},
+	{"Read P50", "ms", whenReads(ReadP50), false},
 	{"Write P50", "ms", whenWrites(WriteP50), false},
 	{"Tput", "ops/s", Throughput, true},
 }
@@ -70,9 +77,39 @@ func judge(c *Comparison, jm judgedMetric, candidate string, judged []string) ju
 			r = c.RatioTo(p, j.best, jm.m)
 		}
 		j.ratios = append(j.ratios, r)
-		j.verdicts = append(j.verdicts, verdict(r, jm.higherBetter))
+		v := verdict(r, jm.higherBetter)
+		if v != "" && !soundTrials(c, p) {
+			v = verdictFailed
+		}
+		j.verdicts = append(j.verdicts, v)
 	}
 	return j
+}
+
+// soundTrials reports whether every trial of policy in c did operations,
+// with at most maxErrorShare of them failed: a policy with none has a
+// latency of 0, which must not count as the fastest.
+func soundTrials(c *Comparison, policy string) bool {
+	trials := c.Trials[policy]
+	for _, r := range trials {
+		ops := r.Reads + r.Writes
+		if ops == 0 || float64(r.Errors) > maxErrorShare*float64(ops+r.Errors) {
+			return false
+		}
+	}
+	return len(trials) > 0
+}
+
+// whenReads is m, undefined (NaN) for a trial without reads.
+func whenReads(m Metric) Metric {
+	get := m.Get
+	m.Get = func(r Result) float64 {
+		if r.Reads == 0 {
+			return math.NaN()
+		}
+		return get(r)
+	}
+	return m
 }
 
 // bestPolicy is the policy of c, other than exclude, with the best mean
@@ -81,7 +118,7 @@ func judge(c *Comparison, jm judgedMetric, candidate string, judged []string) ju
 func bestPolicy(c *Comparison, jm judgedMetric, exclude string) string {
 	best, bestMean := "", math.NaN()
 	for _, p := range c.Policies {
-		if p == exclude {
+		if p == exclude || !soundTrials(c, p) {
 			continue
 		}
 		m := c.Summary(p, jm.m).Mean
@@ -96,15 +133,19 @@ func bestPolicy(c *Comparison, jm judgedMetric, exclude string) string {
 }
 
 // verdict judges a ratio to the best: within when it is better than 1 or
-// |mean − 1| ≤ max(dominanceTolerance, sd), else trails; "" without one.
+// |mean − 1| ≤ dominanceTolerance; within by sd when only the ratio's sd
+// over trials covers it (the floor counts it, but the trials
+// cannot tell a tie from a loss); else trails; "" without one.
 func verdict(r Summary, higherBetter bool) string {
 	switch {
 	case math.IsNaN(r.Mean):
 		return ""
 	case higherBetter && r.Mean > 1, !higherBetter && r.Mean < 1:
 		return verdictWithin
-	case math.Abs(r.Mean-1) <= max(dominanceTolerance, r.SD)+1e-9: // 1.05 is within 5 %, whatever its binary
+	case math.Abs(r.Mean-1) <= dominanceTolerance+1e-9: // 1.05 is within 5 %, whatever its binary
 		return verdictWithin
+	case math.Abs(r.Mean-1) <= r.SD:
+		return verdictWithinSD
 	}
 	return verdictTrails
 }
@@ -157,8 +198,8 @@ func DominanceMarkdown(comps []*Comparison) string {
 
 func (g dominanceGroup) markdown(b *strings.Builder) {
 	fmt.Fprintf(b, "#### %s summary · %s\n\n", g.scenario, g.setup)
-	fmt.Fprintf(b, "Per cell and metric: the best policy but %s by its mean over trials (lower latency, higher throughput), and each judged policy's ratio to it, paired trial by trial (mean ± sd): %s when |ratio − 1| ≤ max(%.2f, sd) or the ratio is better than 1, else %s.\n\n",
-		dominanceCandidate, verdictWithin, dominanceTolerance, verdictTrails)
+	fmt.Fprintf(b, "Per cell and metric: the best policy but %s by its mean over trials (lower latency, higher throughput; policies with %s left out), and each judged policy's ratio to it, paired trial by trial (mean ± sd): %s when |ratio − 1| ≤ %.2f or the ratio is better than 1; %s when only the sd covers it; else %s.\n\n",
+		dominanceCandidate, verdictFailed, verdictWithin, dominanceTolerance, verdictWithinSD, verdictTrails)
 	b.WriteString("| Cell |")
 	for _, jm := range dominanceJudgedMetrics {
 		fmt.Fprintf(b, " %s: best (%s) |", jm.name, jm.unit)
@@ -189,8 +230,8 @@ func (g dominanceGroup) markdown(b *strings.Builder) {
 				}
 				fmt.Fprintf(b, " %s | %s |", j.ratios[k].Format(3), v)
 				judged[k]++
-				if v == verdictTrails {
-					trails[k] = append(trails[k], fmt.Sprintf("%s %s %s", c.Variant, jm.name, j.ratios[k].Format(3)))
+				if v != verdictWithin {
+					trails[k] = append(trails[k], fmt.Sprintf("%s %s %s (%s)", c.Variant, jm.name, j.ratios[k].Format(3), v))
 				}
 			}
 		}
@@ -203,7 +244,7 @@ func (g dominanceGroup) markdown(b *strings.Builder) {
 		}
 		fmt.Fprintf(b, "%s within the best in %d of %d", p, judged[k]-len(trails[k]), judged[k])
 		if len(trails[k]) > 0 {
-			fmt.Fprintf(b, "; trails in %s", strings.Join(trails[k], "; "))
+			fmt.Fprintf(b, "; not in %s", strings.Join(trails[k], "; "))
 		}
 		b.WriteString(".")
 	}

@@ -52,7 +52,7 @@ func TestVerdict(t *testing.T) {
 		{"equal", Summary{Mean: 1, SD: 0, N: 3}, false, verdictWithin},
 		{"5 % slower", Summary{Mean: 1.05, SD: 0.01, N: 3}, false, verdictWithin},
 		{"6 % slower", Summary{Mean: 1.06, SD: 0.01, N: 3}, false, verdictTrails},
-		{"6 % slower, sd 8 %", Summary{Mean: 1.06, SD: 0.08, N: 3}, false, verdictWithin},
+		{"6 % slower, sd 8 %", Summary{Mean: 1.06, SD: 0.08, N: 3}, false, verdictWithinSD},
 		{"faster by far", Summary{Mean: 0.5, SD: 0.01, N: 3}, false, verdictWithin},
 		{"throughput 10 % higher", Summary{Mean: 1.1, SD: 0.01, N: 3}, true, verdictWithin},
 		{"throughput 10 % lower", Summary{Mean: 0.9, SD: 0.01, N: 3}, true, verdictTrails},
@@ -121,6 +121,19 @@ func TestJudge(t *testing.T) {
 	if j = judge(c, dominanceJudgedMetrics[0], dominanceCandidate, dominanceJudged); j.best != "" || j.verdicts[0] != "" {
 		t.Errorf("least_cost alone: %+v", j)
 	}
+
+	// A policy whose trial did nothing (a latency of 0) is no cell's best,
+	// and one whose trials failed is judged failed, not within.
+	c = cell("8 workers, 80/20", "default", budgetsLine, map[string][][3]float64{
+		router.Hybrid:     {{1, 2, 1000}},
+		router.LeaderOnly: {{2, 2, 900}},
+		router.LeastCost:  {{1, 2, 1000}},
+	})
+	c.Trials[router.Hybrid][0].Reads, c.Trials[router.Hybrid][0].Writes, c.Trials[router.Hybrid][0].ReadP50ms = 0, 0, 0
+	c.Trials[router.LeastCost][0].Errors = c.Trials[router.LeastCost][0].Reads
+	if j = judge(c, dominanceJudgedMetrics[0], dominanceCandidate, dominanceJudged); j.best != router.LeaderOnly || j.verdicts[0] != verdictFailed {
+		t.Errorf("failed trials: %+v", j)
+	}
 }
 
 // gridCells is two cells on each of two setups, the second cell without
@@ -157,7 +170,7 @@ func TestDominanceMarkdown(t *testing.T) {
 		"| 8 workers, 80/20 | boltzmann (1.05 ± 0.05) | 1.010 ± 0.010 | within | 1.270 ± 0.031 | trails | boltzmann (2.05 ± 0.05) | 1.138 ± 0.015 | trails | 1.008 ± 0.014 | within | boltzmann (1077 ± 25) | 0.997 ± 0.011 | within | 0.929 ± 0.018 | trails |",
 		// No writes: no best and no ratio.
 		"| 8 workers, 100/0 | boltzmann (1.00 ± 0.00) | 0.960 ± 0.010 | within | 1.100 ± 0.000 | trails | – | – | – | – | – | boltzmann (1100 ± 0) |",
-		"least_cost within the best in 4 of 5; trails in 8 workers, 80/20 Write P50 1.138 ± 0.015. hybrid within the best in 1 of 5; trails in 8 workers, 80/20 Read P50 1.270 ± 0.031;",
+		"least_cost within the best in 4 of 5; not in 8 workers, 80/20 Write P50 1.138 ± 0.015 (trails). hybrid within the best in 1 of 5; not in 8 workers, 80/20 Read P50 1.270 ± 0.031 (trails);",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("summary lacks %q", want)

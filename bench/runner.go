@@ -251,10 +251,17 @@ func (r *Runner) Run(ctx context.Context, names ...string) ([]*Comparison, error
 		r.opts.Progress.Plan(runs, total)
 	}
 	var out []*Comparison
-	for _, ps := range plans {
+	for k, ps := range plans {
 		comps, err := r.runScenario(ctx, ps)
-		if ps.def.memberCPUs != nil {
-			r.closeCluster(ps.backend, ps.nodes) // its own: not needed again
+		// A cluster no later scenario runs on is stopped now: idle, its
+		// heartbeats and proxies would still take CPU from the next.
+		needed := false
+		for _, later := range plans[k+1:] {
+			needed = needed || (ps.def.memberCPUs == nil && later.def.memberCPUs == nil &&
+				fmt.Sprintf("%#v", later.backend) == fmt.Sprintf("%#v", ps.backend) && later.nodes == ps.nodes)
+		}
+		if !needed {
+			r.closeCluster(ps.backend, ps.nodes)
 		}
 		out = append(out, comps...)
 		if err != nil {

@@ -247,7 +247,7 @@ func scenarioDefs(l layout) map[string]scenarioDef {
 			metrics: func(int) []Metric {
 				return []Metric{EjectionsPerMemberHour, OutOfPoolPct, VerdictsPerMemberHour, ReadP50, ReadP99, WriteP50, Throughput, Errors, ClientCPU, ServerCPU}
 			},
-			notes: []string{"Every member is healthy: each ejection is a false one. Out of pool is sampled every 100 ms over the measured window; verdicts are least_cost's baseline judge's (it ejects on them). Run it on both layouts (--topology three-zones) and backends (--backend zk)."},
+			notes: []string{fmt.Sprintf("Each trial measures %v after its warm-up (--duration replaces it). Every member is healthy: each ejection is a false one. Out of pool is sampled every 100 ms over the measured window; verdicts are least_cost's baseline judge's (it ejects on them). Run it on both layouts (--topology three-zones) and backends (--backend zk).", SoakDuration)},
 		},
 		tailScenario(ScenarioTail, "", degradedMember),
 		tailScenario(ScenarioZKTail, "zk", degradedMember),

@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -100,6 +101,18 @@ func run() error {
 
 	names := strings.Split(*scenario, ",")
 	setups, grid := setupsFor(names, set, setup{*topoFile, *memberCPU, *clientCPU}, *endpoints != "")
+	if grid {
+		// Said at once: what the grid changes of what the user asked.
+		if others := slices.DeleteFunc(slices.Clone(names), bench.SpansGrid); len(others) > 0 {
+			logf("the dominance grid runs every layout and CPU mode in turn: %v run on each of them too", others)
+		}
+		if set["client-cpu"] {
+			logf("--client-cpu applies to the grid's layouts on budgets; on shared cores the client runs unconfined")
+		}
+		if set["nodes"] {
+			logf("--nodes applies to the default topology; three-zones has 3 members")
+		}
+	}
 	base := bench.Options{Workload: w, Set: set, Trials: *trials, Nodes: *nodes, Logf: logf}
 	if *policies != "" {
 		base.Policies = strings.Split(*policies, ",")
@@ -139,6 +152,7 @@ func run() error {
 	}
 	var comps []*bench.Comparison
 	var headers []string
+	var errs []error
 	for i, opts := range runs {
 		if len(runs) > 1 {
 			logf("layout and CPU mode %d of %d: %s topology, %s", i+1, len(runs), opts.TopologyName, bench.CPUModeName(bench.CPUMode(opts.Backend, opts.Nodes, opts.ClientCPU)))
@@ -161,7 +175,14 @@ func run() error {
 			}
 		}
 		if err != nil {
-			return err
+			if ctx.Err() != nil || len(runs) == 1 {
+				return errors.Join(append(errs, err)...)
+			}
+			// One layout's failure (a cluster that would not start, an
+			// election that would not settle) must not cost the grid the
+			// others: said now, returned at the end.
+			logf("layout and CPU mode %d of %d failed, going on with the next: %v", i+1, len(runs), err)
+			errs = append(errs, fmt.Errorf("%s topology, %s: %w", opts.TopologyName, bench.CPUModeName(bench.CPUMode(opts.Backend, opts.Nodes, opts.ClientCPU)), err))
 		}
 	}
 	if len(runs) > 1 {
@@ -169,7 +190,7 @@ func run() error {
 			fmt.Print("\nEvery layout and CPU mode:\n\n" + d)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // setup is a layout and CPU mode to run scenarios on: --topology,
