@@ -101,16 +101,7 @@ func soundTrials(c *Comparison, policy string) bool {
 }
 
 // whenReads is m, undefined (NaN) for a trial without reads.
-func whenReads(m Metric) Metric {
-	get := m.Get
-	m.Get = func(r Result) float64 {
-		if r.Reads == 0 {
-			return math.NaN()
-		}
-		return get(r)
-	}
-	return m
-}
+func whenReads(m Metric) Metric { return definedWhen(m, func(r Result) bool { return r.Reads > 0 }) }
 
 // bestPolicy is the policy of c, other than exclude, with the best mean
 // of jm over its trials (the first in c's order on a tie); "" if none has

@@ -426,10 +426,13 @@ func dominanceMetrics(int) []Metric {
 
 // whenWrites is m, undefined (–) for a trial that wrote nothing: a 100 %
 // read mix has no write latency, not one of 0 ms.
-func whenWrites(m Metric) Metric {
+func whenWrites(m Metric) Metric { return definedWhen(m, func(r Result) bool { return r.Writes > 0 }) }
+
+// definedWhen is m, undefined (NaN) for a trial that has not.
+func definedWhen(m Metric, has func(Result) bool) Metric {
 	get := m.Get
 	m.Get = func(r Result) float64 {
-		if r.Writes == 0 {
+		if !has(r) {
 			return math.NaN()
 		}
 		return get(r)

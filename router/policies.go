@@ -51,12 +51,18 @@ func (r *Router) boltzmann(s *snapshot) int {
 		weights[k] = w
 		sum += w
 	}
-	u := r.uniform() * sum
+	return drawWeighted(set, weights[:len(set)], sum, r.uniform())
+}
+
+// drawWeighted returns set[k] with probability weights[k] ÷ sum, for u
+// drawn uniformly from [0, 1).
+func drawWeighted(set []int, weights []float64, sum, u float64) int {
+	v := u * sum
 	for k, i := range set {
-		if u < weights[k] {
+		if v < weights[k] {
 			return i
 		}
-		u -= weights[k]
+		v -= weights[k]
 	}
 	return set[len(set)-1]
 }

@@ -238,19 +238,12 @@ func (r *Router) cheapest(set []int) int {
 	sum := 0.0
 	for k := range set {
 		w := least / costs[k]
-		w *= w // ^2
-		w *= w // ^4
-		w *= w // ^8
-		w *= w // ^16
-		costs[k] = w
+		w *= w       // ^2
+		w *= w       // ^4
+		w *= w       // ^8
+		w *= w       // ^16
+		costs[k] = w // now its weight
 		sum += w
 	}
-	v := r.uniform() * sum
-	for k, i := range set {
-		if v < costs[k] {
-			return i
-		}
-		v -= costs[k]
-	}
-	return set[len(set)-1]
+	return drawWeighted(set, costs[:len(set)], sum, r.uniform())
 }
