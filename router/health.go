@@ -128,7 +128,7 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 // nobody is ejected. Under least_cost the latency rule is its baseline
 // judge's (judgeRound); the rest is as above.
 // Caller must hold r.mu.
-func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed bool) []int {
+func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed, clusterTrouble bool) []int {
 	if !r.kind.pooled() {
 		return nil
 	}
@@ -154,28 +154,17 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 		probeMedian = medianOf(probes)
 	}
 	shares := map[int]float64{}
-	failing := 0  // reachable members with a read failure streak
-	troubled := 0 // reachable members with a failed or stalled read in the window
+	failing := 0 // reachable members with a read failure streak
 	for _, i := range reachable {
 		h := r.roster().health[i]
-		reads, fails, stalls := h.window.delta()
+		reads, fails, _ := h.window.delta()
 		if reads >= uint64(r.cfg.MinSamples) {
 			shares[i] = float64(fails) / float64(reads)
-		}
-		if fails > 0 || stalls > 0 {
-			troubled++
 		}
 		if h.readFailStreak.Load() > 0 {
 			failing++
 		}
 	}
-	// Reads failing or stalling on most members (an election, the whole
-	// cluster or the client itself stalled) slow every member, a far one
-	// most: no latency evidence, and no run of failures is either. A stall that held up every caller cuts
-	// their reads over the next rounds, more of them on the members
-	// where reads take longest; judged one round at a time, those cuts
-	// would eject a healthy far member.
-	clusterTrouble := 2*troubled > len(reachable)
 
 	type candidate struct {
 		i        int
@@ -305,6 +294,23 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 		}
 	}
 	return ejected
+}
+
+// clusterTroubleLocked reports whether reads failed or stalled within
+// FailureWindow on most reachable members: an election, or the whole
+// cluster or the client itself stalled. That slows every member, a far one
+// most: no latency evidence, and no run of failures is either. A stall
+// that held up every caller cuts their reads over the next rounds, more of
+// them on the members where reads take longest; judged one round at a
+// time, those cuts would eject a healthy far member. Caller must hold r.mu.
+func (r *Router) clusterTroubleLocked(reachable []int) bool {
+	troubled := 0
+	for _, i := range reachable {
+		if _, fails, stalls := r.roster().health[i].window.delta(); fails > 0 || stalls > 0 {
+			troubled++
+		}
+	}
+	return 2*troubled > len(reachable)
 }
 
 // storeMedians publishes a round's read median and the share-fair median an

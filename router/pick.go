@@ -155,7 +155,7 @@ func (p Pick) Done(o Outcome) {
 				h.freshInLine.Store(0)
 			}
 		}
-		if timed && r.kind == leastCostKind && p.op == LinearizableRead && !p.hedge {
+		if timed && p.costSample() {
 			// A member that fails fast keeps few reads in flight and
 			// would look cheapest: a failure costs what four reads there
 			// are expected to, at the least.
@@ -194,7 +194,7 @@ func (p Pick) Done(o Outcome) {
 		return
 	}
 	h.sample(latency)
-	if r.kind == leastCostKind && p.op == LinearizableRead && !p.hedge {
+	if p.costSample() {
 		h.cost.record(p.queued, latency)
 	}
 	if r.hedge != nil && p.op.IsRead() && !p.probing && !p.hedge {
@@ -207,6 +207,12 @@ func (p Pick) Done(o Outcome) {
 			h.freshInLine.Store(0)
 		}
 	}
+}
+
+// costSample reports whether p's latency is a sample of least_cost's
+// read-cost model: a linearizable read's, not a hedge's.
+func (p Pick) costSample() bool {
+	return p.r.kind == leastCostKind && p.op == LinearizableRead && !p.hedge
 }
 
 // censored folds in a read the caller gave up on after d: the member took
@@ -225,7 +231,7 @@ func (r *Router) censored(h *memberHealth, p Pick, d time.Duration) {
 		return
 	}
 	h.sample(d)
-	if r.kind == leastCostKind && p.op == LinearizableRead && !p.hedge {
+	if p.costSample() {
 		h.cost.record(p.queued, d)
 	}
 	h.readStalls.Add(1)

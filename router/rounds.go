@@ -176,6 +176,7 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64, probed bool) {
 	// rest in the pool): a benched member beyond it is judged, and
 	// readmitted, like any member in the pool.
 	benched := unfit[:min(len(unfit), (len(reachable)-1)/2)]
+	trouble := r.clusterTroubleLocked(reachable)
 	if r.kind == leastCostKind {
 		// Before the ejections: the judge's verdicts are least_cost's
 		// latency rule.
@@ -183,17 +184,12 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64, probed bool) {
 		for _, h := range r.roster().health {
 			h.cost.fitLocked()
 		}
-		troubled := 0
 		for _, i := range reachable {
-			h := r.roster().health[i]
-			costs = append(costs, &h.cost)
-			if _, fails, stalls := h.window.delta(); fails > 0 || stalls > 0 {
-				troubled++
-			}
+			costs = append(costs, &r.roster().health[i].cost)
 		}
-		judgeRound(costs, 2*troubled > len(reachable))
+		judgeRound(costs, trouble)
 	}
-	ejected := r.ejectionsLocked(reachable, benched, now, probed)
+	ejected := r.ejectionsLocked(reachable, benched, now, probed, trouble)
 	next := r.buildSnapshot(leader, reachable, ejected, unfit, sticky)
 	r.eventsLocked(prev, next, leaderUnsure)
 	r.snap.Store(next)
