@@ -147,10 +147,10 @@ func (c *Client) WatchFrom(ctx context.Context, member int, key string) (<-chan 
 
 // HoldSession keeps a lease-backed session of ttl alive until ctx ends;
 // the channel closes if the session is lost first.
-func (c *Client) HoldSession(ctx context.Context, ttl time.Duration) (<-chan struct{}, error) {
+func (c *Client) HoldSession(ctx context.Context, ttl time.Duration) (<-chan struct{}, time.Duration, error) {
 	s, err := concurrency.NewSession(c.Client.Client, concurrency.WithTTL(int(ttl/time.Second)), concurrency.WithContext(ctx))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	lost := make(chan struct{})
 	go func() { // ends with the session: expiry, or ctx
@@ -159,7 +159,7 @@ func (c *Client) HoldSession(ctx context.Context, ttl time.Duration) (<-chan str
 			close(lost)
 		}
 	}()
-	return lost, nil
+	return lost, ttl.Truncate(time.Second), nil
 }
 
 // Defragment defragments member's backend.

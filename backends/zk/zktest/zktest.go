@@ -271,8 +271,8 @@ func (c *Client) WatchFrom(ctx context.Context, member int, key string) (<-chan 
 
 // HoldSession is the Conn's primary session; its timeout was fixed at
 // Connect.
-func (c *Client) HoldSession(context.Context, time.Duration) (<-chan struct{}, error) {
-	return c.expired, nil
+func (c *Client) HoldSession(context.Context, time.Duration) (<-chan struct{}, time.Duration, error) {
+	return c.expired, c.timeout, nil
 }
 
 // Close closes the Conn.
