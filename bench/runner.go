@@ -42,6 +42,16 @@ type Options struct {
 	// It needs the Backend's members to have budgets: processes the test
 	// bed starts begin in the clients' cgroup.
 	ClientCPU float64
+	// Measured are cells an earlier run recorded (LoadComparisons of its
+	// results.json). A variant found there with every policy's trials
+	// (same scenario, variant, backend, layout and CPU mode) is taken from
+	// it rather than run again, so that a long grid cut short resumes;
+	// the caller keeps the workload flags as they were.
+	Measured []*Comparison
+	// Finished, if set, is told of each variant as it completes or is
+	// taken from Measured, so that the caller can keep what a long run
+	// has measured before it ends.
+	Finished func(*Comparison)
 	// Progress is told about every run; nil shows nothing.
 	Progress Progress
 	// Logf prints remarks; nil discards them.
@@ -243,7 +253,13 @@ func (r *Runner) Run(ctx context.Context, names ...string) ([]*Comparison, error
 			return nil, err
 		}
 		plans = append(plans, ps)
-		k := len(ps.variants) * ps.trials * len(ps.policies)
+		pending := 0
+		for _, v := range ps.variants {
+			if r.measured(ps, v.label) == nil {
+				pending++
+			}
+		}
+		k := pending * ps.trials * len(ps.policies)
 		runs += k
 		total += time.Duration(k) * (ps.workload.Warmup + ps.workload.Duration)
 	}
@@ -324,21 +340,54 @@ func (r *Runner) settle(ctx context.Context, cl Cluster) error {
 	return f.MoveLeader(ctx, r.topologyLeader())
 }
 
-func (r *Runner) runScenario(ctx context.Context, ps plannedScenario) ([]*Comparison, error) {
-	cl, err := r.cluster(ctx, ps.backend, ps.nodes)
-	if err != nil {
-		return nil, err
+// measured is the comparison Options.Measured holds for ps's variant
+// label with all of ps's policies and trials, or nil.
+func (r *Runner) measured(ps plannedScenario, label string) *Comparison {
+	cpu := ""
+	if len(r.opts.Endpoints) == 0 {
+		cpu = CPUMode(ps.backend, ps.nodes, r.opts.ClientCPU)
 	}
-	if ps.def.prepare != nil {
-		if err := ps.def.prepare(ctx, cl); err != nil {
-			return nil, err
+	for _, c := range r.opts.Measured {
+		if c.Scenario != ps.def.name || c.Variant != label || c.CPU != cpu || c.Topology != r.opts.TopologyName || len(c.Trials) != len(ps.policies) {
+			continue
+		}
+		complete := true
+		for _, p := range ps.policies {
+			ts := c.Trials[p]
+			complete = complete && len(ts) == ps.trials && ts[0].Backend == ps.backend.Name()
+		}
+		if complete {
+			reused := *c
+			reused.Policies, reused.Baseline = ps.policies, ps.baseline
+			return &reused
 		}
 	}
-	if ps.def.cleanup != nil {
-		defer ps.def.cleanup(context.WithoutCancel(ctx), cl)
-	}
+	return nil
+}
+
+func (r *Runner) runScenario(ctx context.Context, ps plannedScenario) ([]*Comparison, error) {
 	var comps []*Comparison
+	var cl Cluster // started for the first variant not measured before
 	for _, v := range ps.variants {
+		if c := r.measured(ps, v.label); c != nil {
+			comps = append(comps, c)
+			r.finished(c)
+			continue
+		}
+		if cl == nil {
+			var err error
+			if cl, err = r.cluster(ctx, ps.backend, ps.nodes); err != nil {
+				return comps, err
+			}
+			if ps.def.prepare != nil {
+				if err := ps.def.prepare(ctx, cl); err != nil {
+					return comps, err
+				}
+			}
+			if ps.def.cleanup != nil {
+				defer ps.def.cleanup(context.WithoutCancel(ctx), cl)
+			}
+		}
 		w := ps.workload
 		v.apply(&w)
 		if err := w.Validate(); err != nil {
@@ -353,8 +402,15 @@ func (r *Runner) runScenario(ctx context.Context, ps plannedScenario) ([]*Compar
 		if err := r.runVariant(ctx, cl, ps, w, comp); err != nil {
 			return comps, err
 		}
+		r.finished(comp)
 	}
 	return comps, nil
+}
+
+func (r *Runner) finished(c *Comparison) {
+	if r.opts.Finished != nil {
+		r.opts.Finished(c)
+	}
 }
 
 func (r *Runner) runVariant(ctx context.Context, cl Cluster, ps plannedScenario, w Workload, comp *Comparison) error {

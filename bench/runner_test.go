@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -310,6 +311,73 @@ func TestCPUBudgets(t *testing.T) {
 				r.Close()
 			}
 			t.Errorf("NewRunner(%#v, client %v): %v, want ErrBadWorkload", opts.Backend, opts.ClientCPU, err)
+		}
+	}
+}
+
+// noStart is a backend whose clusters never start: a run that needs one
+// fails.
+type noStart struct{ Etcd }
+
+var errNoStart = errors.New("no cluster in this test")
+
+func (noStart) Start(context.Context, testbed.Topology) (Cluster, error) { return nil, errNoStart }
+
+// TestResumeRunsOnlyWhatIsMissing: a cell measured before with every
+// policy's trials is taken as it was and starts no cluster; one short of
+// a trial, from another CPU mode or another backend runs again.
+func TestResumeRunsOnlyWhatIsMissing(t *testing.T) {
+	be := noStart{}
+	policies := []string{router.LeaderOnly, router.LeastCost}
+	cpu := CPUMode(be, 3, 0)
+	measured := func(variant, cpu, backend string, trials int) *Comparison {
+		c := &Comparison{Scenario: ScenarioDominance, Variant: variant, Trials: map[string][]Result{}, Topology: "default", CPU: cpu}
+		for _, p := range policies {
+			for k := range trials {
+				c.Trials[p] = append(c.Trials[p], Result{Scenario: ScenarioDominance, Variant: variant, Backend: backend, Policy: p, Trial: k + 1})
+			}
+		}
+		return c
+	}
+	r, err := NewRunner(Options{Backend: be, Workload: DefaultWorkload(), Policies: policies, Trials: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ps, err := r.plan(ScenarioDominance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []*Comparison
+	for _, v := range ps.variants {
+		all = append(all, measured(v.label, cpu, "etcd", 2))
+	}
+	for _, tc := range []struct {
+		name  string
+		first *Comparison // replaces the first variant's cell
+	}{
+		{"short of a trial", measured(ps.variants[0].label, cpu, "etcd", 1)},
+		{"another CPU mode", measured(ps.variants[0].label, "CPU: budgets …", "etcd", 2)},
+		{"another backend", measured(ps.variants[0].label, cpu, "zk", 2)},
+	} {
+		r.opts.Measured = append([]*Comparison{tc.first}, all[1:]...)
+		var told []string
+		r.opts.Finished = func(c *Comparison) { told = append(told, c.Variant) }
+		comps, err := r.Run(t.Context(), ScenarioDominance)
+		if !errors.Is(err, errNoStart) || len(comps) != 0 || len(told) != 0 {
+			t.Errorf("%s: the first cell did not run: %d cells, told of %v, err %v", tc.name, len(comps), told, err)
+		}
+	}
+	r.opts.Measured = all
+	var told []string
+	r.opts.Finished = func(c *Comparison) { told = append(told, c.Variant) }
+	comps, err := r.Run(t.Context(), ScenarioDominance)
+	if err != nil || len(comps) != len(ps.variants) || len(told) != len(ps.variants) {
+		t.Fatalf("every cell measured: %d cells, told of %d, err %v; want %d and nil", len(comps), len(told), err, len(ps.variants))
+	}
+	for i, c := range comps {
+		if c.Variant != ps.variants[i].label || !slices.Equal(c.Policies, policies) || c.Baseline != policies[0] || len(c.Trials[router.LeastCost]) != 2 {
+			t.Errorf("cell %d taken as %+v", i, c)
 		}
 	}
 }
