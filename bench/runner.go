@@ -43,10 +43,10 @@ type Options struct {
 	// bed starts begin in the clients' cgroup.
 	ClientCPU float64
 	// Measured are cells an earlier run recorded (LoadComparisons of its
-	// results.json). A variant found there with every policy's trials
-	// (same scenario, variant, backend, layout and CPU mode) is taken from
-	// it rather than run again, so that a long grid cut short resumes;
-	// the caller keeps the workload flags as they were.
+	// results.json). A variant found there with every policy's trials,
+	// each with the same scenario, variant, workload, backend, cluster
+	// size, layout and CPU mode, is taken from it rather than run again,
+	// so that a long grid cut short resumes.
 	Measured []*Comparison
 	// Finished, if set, is told of each variant as it completes or is
 	// taken from Measured, so that the caller can keep what a long run
@@ -255,7 +255,7 @@ func (r *Runner) Run(ctx context.Context, names ...string) ([]*Comparison, error
 		plans = append(plans, ps)
 		pending := 0
 		for _, v := range ps.variants {
-			if r.measured(ps, v.label) == nil {
+			if r.measured(ps, v) == nil {
 				pending++
 			}
 		}
@@ -340,36 +340,61 @@ func (r *Runner) settle(ctx context.Context, cl Cluster) error {
 	return f.MoveLeader(ctx, r.topologyLeader())
 }
 
-// measured is the comparison Options.Measured holds for ps's variant
-// label with all of ps's policies and trials, or nil.
-func (r *Runner) measured(ps plannedScenario, label string) *Comparison {
+// measured is the comparison Options.Measured holds for ps's variant v
+// with all of ps's policies and trials, or nil. It is rebuilt as this
+// run would have built it: the scenario's metrics and notes for this
+// layout and size.
+func (r *Runner) measured(ps plannedScenario, v variant) *Comparison {
 	cpu := ""
 	if len(r.opts.Endpoints) == 0 {
 		cpu = CPUMode(ps.backend, ps.nodes, r.opts.ClientCPU)
 	}
+	w := ps.workload
+	v.apply(&w)
 	for _, c := range r.opts.Measured {
-		if c.Scenario != ps.def.name || c.Variant != label || c.CPU != cpu || c.Topology != r.opts.TopologyName || len(c.Trials) != len(ps.policies) {
+		if c.Scenario != ps.def.name || c.Variant != v.label || c.CPU != cpu || c.Topology != r.opts.TopologyName || len(c.Trials) != len(ps.policies) {
 			continue
 		}
 		complete := true
 		for _, p := range ps.policies {
 			ts := c.Trials[p]
-			complete = complete && len(ts) == ps.trials && ts[0].Backend == ps.backend.Name()
+			complete = complete && len(ts) == ps.trials
+			for _, t := range ts {
+				complete = complete && t.Backend == ps.backend.Name() && t.Workload != nil && *t.Workload == w && len(t.ReadsByMember) == ps.nodes
+			}
 		}
-		if complete {
-			reused := *c
-			reused.Policies, reused.Baseline = ps.policies, ps.baseline
-			return &reused
+		if !complete {
+			continue
 		}
+		reused := &Comparison{Scenario: c.Scenario, Variant: c.Variant, Section: ps.def.section, Baseline: ps.baseline,
+			Policies: ps.policies, Metrics: ps.def.metrics(ps.nodes), Trials: c.Trials, Notes: slices.Clone(ps.def.notes), CPU: c.CPU, Topology: c.Topology}
+		reused.noteLeaderChanges(ps.def.failover)
+		return reused
 	}
 	return nil
+}
+
+// noteLeaderChanges notes the trials during which the leader moved, in a
+// scenario that does not move it on purpose (failover).
+func (c *Comparison) noteLeaderChanges(failover bool) {
+	changed := 0
+	for _, ts := range c.Trials {
+		for _, t := range ts {
+			if t.LeaderChanged && !failover {
+				changed++
+			}
+		}
+	}
+	if changed > 0 {
+		c.Notes = append(c.Notes, fmt.Sprintf("The leader changed during %d trial(s), which are not steady-state.", changed))
+	}
 }
 
 func (r *Runner) runScenario(ctx context.Context, ps plannedScenario) ([]*Comparison, error) {
 	var comps []*Comparison
 	var cl Cluster // started for the first variant not measured before
 	for _, v := range ps.variants {
-		if c := r.measured(ps, v.label); c != nil {
+		if c := r.measured(ps, v); c != nil {
 			comps = append(comps, c)
 			r.finished(c)
 			continue
@@ -424,7 +449,6 @@ func (r *Runner) runVariant(ctx context.Context, cl Cluster, ps plannedScenario,
 	if err != nil {
 		return err
 	}
-	changed := 0
 	for trial := range ps.trials {
 		// Rotate the order so that no policy always runs first.
 		order := slices.Clone(ps.policies)
@@ -435,16 +459,11 @@ func (r *Runner) runVariant(ctx context.Context, cl Cluster, ps plannedScenario,
 			if err != nil {
 				return fmt.Errorf("%s %s trial %d: %w", comp.Variant, policy, trial+1, err)
 			}
-			if res.LeaderChanged && !ps.def.failover {
-				changed++
-			}
 			res.CPUMode, res.Topology = comp.CPU, comp.Topology
 			comp.Trials[policy] = append(comp.Trials[policy], res)
 		}
 	}
-	if changed > 0 {
-		comp.Notes = append(comp.Notes, fmt.Sprintf("The leader changed during %d trial(s), which are not steady-state.", changed))
-	}
+	comp.noteLeaderChanges(ps.def.failover)
 	return nil
 }
 

@@ -32,9 +32,9 @@ type policy interface {
 	failed(r *Router, h *memberHealth, p Pick, latency time.Duration)
 	// gaveUp folds in a timed operation its caller cut after d.
 	gaveUp(r *Router, h *memberHealth, p Pick, d time.Duration)
-	// pool is the read pool's latency rule; nil: no read pool, nobody is
-	// ejected, and hedging has nowhere to go.
-	pool() latencyRule
+	// poolRule is the read pool's latency rule; nil: no read pool, nobody
+	// is ejected, and hedging has nowhere to go.
+	poolRule() latencyRule
 	// describe adds what the policy models of h to its stats.
 	describe(h *memberHealth, ms *MemberStats)
 }
@@ -74,8 +74,8 @@ func policyFor(name string) policy {
 	return hybrid{}
 }
 
-// unpooled is the default of a policy without a read pool: it learns
-// nothing from latencies.
+// unpooled is what a policy without a read pool does unless it says
+// otherwise: it times nothing and learns nothing from latencies.
 type unpooled struct{}
 
 func (unpooled) timed(Op) bool        { return false }
@@ -86,7 +86,7 @@ func (unpooled) home(s *snapshot) (int, bool) {
 func (unpooled) answered(*Router, *memberHealth, Pick, time.Duration) {}
 func (unpooled) failed(*Router, *memberHealth, Pick, time.Duration)   {}
 func (unpooled) gaveUp(*Router, *memberHealth, Pick, time.Duration)   {}
-func (unpooled) pool() latencyRule                                    { return nil }
+func (unpooled) poolRule() latencyRule                                { return nil }
 func (unpooled) describe(*memberHealth, *MemberStats)                 {}
 
 // roundRobin rotates every operation over the reachable members.
@@ -160,7 +160,7 @@ func (hybrid) failed(*Router, *memberHealth, Pick, time.Duration) {}
 func (hybrid) gaveUp(r *Router, h *memberHealth, p Pick, d time.Duration) {
 	r.censored(h, p, d)
 }
-func (hybrid) pool() latencyRule                    { return medianRule{} }
+func (hybrid) poolRule() latencyRule                { return medianRule{} }
 func (hybrid) describe(*memberHealth, *MemberStats) {}
 
 // medianRule: a member is out once its reads ran far above the others'
@@ -212,7 +212,7 @@ func (leastCost) gaveUp(r *Router, h *memberHealth, p Pick, d time.Duration) {
 		h.cost.record(p.queued, d)
 	}
 }
-func (leastCost) pool() latencyRule { return baselineRule{} }
+func (leastCost) poolRule() latencyRule { return baselineRule{} }
 func (leastCost) describe(h *memberHealth, ms *MemberStats) {
 	ms.ReadCost = h.cost.stats()
 }

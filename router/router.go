@@ -22,7 +22,7 @@ type Router struct {
 	epoch   time.Time // monotonic base of Pick timestamps
 	sysTime bool      // cfg.Clock is the system clock: use the monotonic fast path
 	policy  policy
-	rule    latencyRule  // policy.pool(): nil without a read pool
+	rule    latencyRule  // policy.poolRule(): nil without a read pool
 	seeded  bool         // random() uses rnd; else the runtime's per-thread generator
 	timed   [numOps]bool // the policy consumes this class's latency
 	// countsInflight: reads in flight per member are counted (LoadAware's
@@ -89,7 +89,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	_, r.sysTime = cfg.Clock.(systemClock)
 	r.policy = policyFor(cfg.Policy)
-	r.rule = r.policy.pool()
+	r.rule = r.policy.poolRule()
 	r.countsInflight = cfg.LoadAware || r.policy.countsInflight()
 	if cfg.Hedge != nil {
 		r.hedge = newHedger(*cfg.Hedge)

@@ -68,7 +68,7 @@ func run() error {
 	fleetRows := fs.String("fleet-rows", "", "fleet scenario rows, comma-separated (default all): idle-100, idle-500, streams-100, writes-100, failover-50, move-50")
 	out := fs.String("out", "", "directory for tables.md, results.json, results.csv and PNG figures")
 	cpuProfile := fs.String("cpuprofile", "", "write the client process's CPU profile here")
-	resume := fs.Bool("resume", false, "with --out: take the cells DIR/results.json holds with every policy's trials from there and run only the rest (keep the other flags as they were; results.json is rewritten with this run's cells); for a grid cut short")
+	resume := fs.Bool("resume", false, "with --out: take the cells DIR/results.json holds with every policy's trials, measured with the same workload, from there and run only the rest; for a grid cut short (not the fleet scenario)")
 	replot := fs.String("replot", "", "redraw DIR/tables.md and DIR's figures from DIR/results.json (a previous --out), running nothing")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: routebench [flags]\n\nScenarios:\n%s\nFlags:\n", bench.Describe())
@@ -167,14 +167,18 @@ func run() error {
 	var comps []*bench.Comparison
 	var headers []string
 	var errs []error
-	// Every finished cell is written at once, so that a run cut short
-	// keeps what it measured and --resume goes on from there.
+	// Every finished cell is written at once, with the cells of a resumed
+	// run not reached yet, so that a run cut short keeps what it measured
+	// and --resume goes on from there.
 	var finished []*bench.Comparison
 	var writeErr error
 	keep := func(c *bench.Comparison) {
 		finished = append(finished, c)
-		if *out != "" && writeErr == nil {
-			writeErr = bench.WriteFiles(*out, finished, strings.Join(headers, "\n"))
+		if *out == "" || writeErr != nil {
+			return
+		}
+		if writeErr = bench.WriteFiles(*out, withUnreached(finished, base.Measured), strings.Join(headers, "\n")); writeErr != nil {
+			logf("writing %s: %v", *out, writeErr)
 		}
 	}
 	for i, opts := range runs {
@@ -193,7 +197,7 @@ func run() error {
 			if *out != "" {
 				// The cells cut short too, for the record; --resume
 				// runs them again.
-				if werr := errors.Join(writeErr, bench.WriteFiles(*out, comps, strings.Join(headers, "\n"))); werr != nil {
+				if werr := errors.Join(writeErr, bench.WriteFiles(*out, withUnreached(comps, base.Measured), strings.Join(headers, "\n"))); werr != nil {
 					return werr
 				}
 				logf("wrote %s/{tables.md,results.json,results.csv,*.png}", *out)
@@ -216,6 +220,23 @@ func run() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// withUnreached is cs and the cells of measured that none of cs replaces:
+// what a resumed run has not reached yet stays on record.
+func withUnreached(cs, measured []*bench.Comparison) []*bench.Comparison {
+	type key struct{ scenario, variant, topology, cpu string }
+	have := map[key]bool{}
+	for _, c := range cs {
+		have[key{c.Scenario, c.Variant, c.Topology, c.CPU}] = true
+	}
+	out := slices.Clone(cs)
+	for _, c := range measured {
+		if !have[key{c.Scenario, c.Variant, c.Topology, c.CPU}] {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // setup is a layout and CPU mode to run scenarios on: --topology,
