@@ -76,6 +76,11 @@ type Result struct {
 	// of the window, its proxies frozen with it).
 	Traffic *Traffic `json:"traffic,omitempty"`
 
+	// Workload is the trial's workload, as its variant set it: --resume
+	// takes a record only for the same one. Nil in records written
+	// before it was kept.
+	Workload *Workload `json:"workload,omitempty"`
+
 	// LeaderChanged is set when the servers' leader moved during the trial:
 	// such a trial is not a steady-state measurement.
 	LeaderChanged bool `json:"leader_changed,omitempty"`
@@ -246,6 +251,7 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 	slices.Sort(reads)
 	slices.Sort(writes)
 	r.Workers = w.Workers
+	r.Workload = &w
 	r.Reads, r.Writes = int64(len(reads)), int64(len(writes))
 	r.ThroughputOps = float64(len(reads)+len(writes)) / elapsed.Seconds()
 	r.ReadP50ms, r.ReadP90ms, r.ReadP99ms, r.ReadP999ms = ms(percentile(reads, 50)), ms(percentile(reads, 90)), ms(percentile(reads, 99)), ms(percentile(reads, 99.9))

@@ -42,6 +42,16 @@ type Options struct {
 	// It needs the Backend's members to have budgets: processes the test
 	// bed starts begin in the clients' cgroup.
 	ClientCPU float64
+	// Measured are cells an earlier run recorded (LoadComparisons of its
+	// results.json). A variant found there with every policy's trials,
+	// each with the same scenario, variant, workload, backend, cluster
+	// size, layout and CPU mode, is taken from it rather than run again,
+	// so that a long grid cut short resumes.
+	Measured []*Comparison
+	// Finished, if set, is told of each variant as it completes or is
+	// taken from Measured, so that the caller can keep what a long run
+	// has measured before it ends.
+	Finished func(*Comparison)
 	// Progress is told about every run; nil shows nothing.
 	Progress Progress
 	// Logf prints remarks; nil discards them.
@@ -243,7 +253,13 @@ func (r *Runner) Run(ctx context.Context, names ...string) ([]*Comparison, error
 			return nil, err
 		}
 		plans = append(plans, ps)
-		k := len(ps.variants) * ps.trials * len(ps.policies)
+		pending := 0
+		for _, v := range ps.variants {
+			if r.measured(ps, v) == nil {
+				pending++
+			}
+		}
+		k := pending * ps.trials * len(ps.policies)
 		runs += k
 		total += time.Duration(k) * (ps.workload.Warmup + ps.workload.Duration)
 	}
@@ -324,21 +340,79 @@ func (r *Runner) settle(ctx context.Context, cl Cluster) error {
 	return f.MoveLeader(ctx, r.topologyLeader())
 }
 
-func (r *Runner) runScenario(ctx context.Context, ps plannedScenario) ([]*Comparison, error) {
-	cl, err := r.cluster(ctx, ps.backend, ps.nodes)
-	if err != nil {
-		return nil, err
+// measured is the comparison Options.Measured holds for ps's variant v
+// with all of ps's policies and trials, or nil. It is rebuilt as this
+// run would have built it: the scenario's metrics and notes for this
+// layout and size.
+func (r *Runner) measured(ps plannedScenario, v variant) *Comparison {
+	cpu := ""
+	if len(r.opts.Endpoints) == 0 {
+		cpu = CPUMode(ps.backend, ps.nodes, r.opts.ClientCPU)
 	}
-	if ps.def.prepare != nil {
-		if err := ps.def.prepare(ctx, cl); err != nil {
-			return nil, err
+	w := ps.workload
+	v.apply(&w)
+	for _, c := range r.opts.Measured {
+		if c.Scenario != ps.def.name || c.Variant != v.label || c.CPU != cpu || c.Topology != r.opts.TopologyName || len(c.Trials) != len(ps.policies) {
+			continue
+		}
+		complete := true
+		for _, p := range ps.policies {
+			ts := c.Trials[p]
+			complete = complete && len(ts) == ps.trials
+			for _, t := range ts {
+				complete = complete && t.Backend == ps.backend.Name() && t.Workload != nil && *t.Workload == w && len(t.ReadsByMember) == ps.nodes
+			}
+		}
+		if !complete {
+			continue
+		}
+		reused := &Comparison{Scenario: c.Scenario, Variant: c.Variant, Section: ps.def.section, Baseline: ps.baseline,
+			Policies: ps.policies, Metrics: ps.def.metrics(ps.nodes), Trials: c.Trials, Notes: slices.Clone(ps.def.notes), CPU: c.CPU, Topology: c.Topology}
+		reused.noteLeaderChanges(ps.def.failover)
+		return reused
+	}
+	return nil
+}
+
+// noteLeaderChanges notes the trials during which the leader moved, in a
+// scenario that does not move it on purpose (failover).
+func (c *Comparison) noteLeaderChanges(failover bool) {
+	changed := 0
+	for _, ts := range c.Trials {
+		for _, t := range ts {
+			if t.LeaderChanged && !failover {
+				changed++
+			}
 		}
 	}
-	if ps.def.cleanup != nil {
-		defer ps.def.cleanup(context.WithoutCancel(ctx), cl)
+	if changed > 0 {
+		c.Notes = append(c.Notes, fmt.Sprintf("The leader changed during %d trial(s), which are not steady-state.", changed))
 	}
+}
+
+func (r *Runner) runScenario(ctx context.Context, ps plannedScenario) ([]*Comparison, error) {
 	var comps []*Comparison
+	var cl Cluster // started for the first variant not measured before
 	for _, v := range ps.variants {
+		if c := r.measured(ps, v); c != nil {
+			comps = append(comps, c)
+			r.finished(c)
+			continue
+		}
+		if cl == nil {
+			var err error
+			if cl, err = r.cluster(ctx, ps.backend, ps.nodes); err != nil {
+				return comps, err
+			}
+			if ps.def.prepare != nil {
+				if err := ps.def.prepare(ctx, cl); err != nil {
+					return comps, err
+				}
+			}
+			if ps.def.cleanup != nil {
+				defer ps.def.cleanup(context.WithoutCancel(ctx), cl)
+			}
+		}
 		w := ps.workload
 		v.apply(&w)
 		if err := w.Validate(); err != nil {
@@ -353,8 +427,15 @@ func (r *Runner) runScenario(ctx context.Context, ps plannedScenario) ([]*Compar
 		if err := r.runVariant(ctx, cl, ps, w, comp); err != nil {
 			return comps, err
 		}
+		r.finished(comp)
 	}
 	return comps, nil
+}
+
+func (r *Runner) finished(c *Comparison) {
+	if r.opts.Finished != nil {
+		r.opts.Finished(c)
+	}
 }
 
 func (r *Runner) runVariant(ctx context.Context, cl Cluster, ps plannedScenario, w Workload, comp *Comparison) error {
@@ -368,7 +449,6 @@ func (r *Runner) runVariant(ctx context.Context, cl Cluster, ps plannedScenario,
 	if err != nil {
 		return err
 	}
-	changed := 0
 	for trial := range ps.trials {
 		// Rotate the order so that no policy always runs first.
 		order := slices.Clone(ps.policies)
@@ -379,16 +459,11 @@ func (r *Runner) runVariant(ctx context.Context, cl Cluster, ps plannedScenario,
 			if err != nil {
 				return fmt.Errorf("%s %s trial %d: %w", comp.Variant, policy, trial+1, err)
 			}
-			if res.LeaderChanged && !ps.def.failover {
-				changed++
-			}
 			res.CPUMode, res.Topology = comp.CPU, comp.Topology
 			comp.Trials[policy] = append(comp.Trials[policy], res)
 		}
 	}
-	if changed > 0 {
-		comp.Notes = append(comp.Notes, fmt.Sprintf("The leader changed during %d trial(s), which are not steady-state.", changed))
-	}
+	comp.noteLeaderChanges(ps.def.failover)
 	return nil
 }
 

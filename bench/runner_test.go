@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -310,6 +311,98 @@ func TestCPUBudgets(t *testing.T) {
 				r.Close()
 			}
 			t.Errorf("NewRunner(%#v, client %v): %v, want ErrBadWorkload", opts.Backend, opts.ClientCPU, err)
+		}
+	}
+}
+
+// noStart is a backend whose clusters never start: a run that needs one
+// fails.
+type noStart struct{ Etcd }
+
+var errNoStart = errors.New("no cluster in this test")
+
+func (noStart) Start(context.Context, testbed.Topology) (Cluster, error) { return nil, errNoStart }
+
+// TestResumeRunsOnlyWhatIsMissing: a cell measured before with every
+// policy's trials is taken as it was and starts no cluster; one short of
+// a trial, from another CPU mode, backend, workload or cluster size, or
+// recorded without its workload, runs again.
+func TestResumeRunsOnlyWhatIsMissing(t *testing.T) {
+	be := noStart{}
+	policies := []string{router.LeaderOnly, router.LeastCost}
+	cpu := CPUMode(be, 3, 0)
+	r, err := NewRunner(Options{Backend: be, Workload: DefaultWorkload(), Policies: policies, Trials: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ps, err := r.plan(ScenarioDominance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type record struct {
+		cpu, backend string
+		trials       int
+		w            func(*Workload) // changes the variant's workload
+		nodes        int
+		noWorkload   bool
+	}
+	measured := func(v variant, rec record) *Comparison {
+		w := ps.workload
+		v.apply(&w)
+		if rec.w != nil {
+			rec.w(&w)
+		}
+		c := &Comparison{Scenario: ScenarioDominance, Variant: v.label, Trials: map[string][]Result{}, Topology: "default", CPU: rec.cpu}
+		for _, p := range policies {
+			for k := range rec.trials {
+				res := Result{Scenario: ScenarioDominance, Variant: v.label, Backend: rec.backend, Policy: p, Trial: k + 1,
+					Workload: &w, ReadsByMember: make([]uint64, rec.nodes), LeaderChanged: k == 0}
+				if rec.noWorkload {
+					res.Workload = nil
+				}
+				c.Trials[p] = append(c.Trials[p], res)
+			}
+		}
+		return c
+	}
+	good := record{cpu: cpu, backend: "etcd", trials: 2, nodes: 3}
+	var all []*Comparison
+	for _, v := range ps.variants {
+		all = append(all, measured(v, good))
+	}
+	with := func(f func(*record)) record { rec := good; f(&rec); return rec }
+	for _, tc := range []struct {
+		name string
+		rec  record // of the first variant's cell
+	}{
+		{"short of a trial", with(func(r *record) { r.trials = 1 })},
+		{"another CPU mode", with(func(r *record) { r.cpu = "CPU: budgets …" })},
+		{"another backend", with(func(r *record) { r.backend = "zk" })},
+		{"another duration", with(func(r *record) { r.w = func(w *Workload) { w.Duration = time.Minute } })},
+		{"another key space", with(func(r *record) { r.w = func(w *Workload) { w.Keys = 10 } })},
+		{"another cluster size", with(func(r *record) { r.nodes = 5 })},
+		{"recorded without its workload", with(func(r *record) { r.noWorkload = true })},
+	} {
+		r.opts.Measured = append([]*Comparison{measured(ps.variants[0], tc.rec)}, all[1:]...)
+		var told []string
+		r.opts.Finished = func(c *Comparison) { told = append(told, c.Variant) }
+		comps, err := r.Run(t.Context(), ScenarioDominance)
+		if !errors.Is(err, errNoStart) || len(comps) != 0 || len(told) != 0 {
+			t.Errorf("%s: the first cell did not run: %d cells, told of %v, err %v", tc.name, len(comps), told, err)
+		}
+	}
+	r.opts.Measured = all
+	var told []string
+	r.opts.Finished = func(c *Comparison) { told = append(told, c.Variant) }
+	comps, err := r.Run(t.Context(), ScenarioDominance)
+	if err != nil || len(comps) != len(ps.variants) || len(told) != len(ps.variants) {
+		t.Fatalf("every cell measured: %d cells, told of %d, err %v; want %d and nil", len(comps), len(told), err, len(ps.variants))
+	}
+	for i, c := range comps {
+		if c.Variant != ps.variants[i].label || !slices.Equal(c.Policies, policies) || c.Baseline != policies[0] || len(c.Trials[router.LeastCost]) != 2 ||
+			len(c.Metrics) == 0 || !slices.ContainsFunc(c.Notes, func(n string) bool { return strings.Contains(n, "leader changed during 2 trial(s)") }) {
+			t.Errorf("cell %d taken as %+v", i, c)
 		}
 	}
 }

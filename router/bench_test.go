@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/oproute/oproute/internal/testutil"
 )
 
 // BenchmarkPick measures Pick + Done for every policy on the 80/20 mix, in
@@ -55,5 +57,38 @@ func BenchmarkPick(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestPickDoesNotAllocate: Pick and Done allocate nothing under any
+// policy, for every pair of class and outcome (a pointer handed to a
+// policy through its interface would escape, and every operation would
+// pay for it). Not covered: probe-share picks (no member is ejected here)
+// and hedges' slots (a backend's call).
+func TestPickDoesNotAllocate(t *testing.T) {
+	for _, name := range append(Policies(), HybridP2C, HybridHedge) {
+		cfg := Config{Members: members(3), Prober: &fakeCluster{leader: "m0", term: 1}, ProbeInterval: time.Hour, Policy: name}
+		r, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.Poll(t, 5*time.Second, "the first probe round", func() bool { return r.rounds.Load() > 0 })
+		ctx := context.Background()
+		outcomes := []Outcome{OK, AppError, MemberFault, Overloaded, CallerGaveUp, NotSent}
+		allocs := testing.AllocsPerRun(100, func() {
+			for op := range Op(numOps) {
+				for _, o := range outcomes {
+					p, err := r.Pick(ctx, op)
+					if err != nil {
+						t.Fatal(err)
+					}
+					p.Done(o)
+				}
+			}
+		})
+		r.Close()
+		if allocs != 0 {
+			t.Errorf("%s: %v allocations per Pick and Done, want 0", name, allocs)
+		}
 	}
 }

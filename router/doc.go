@@ -23,6 +23,11 @@
 // rides on the result: Pick returns a Pick whose Done method reports how the
 // call ended as an Outcome — each backend maps every error it can see to one
 // in one table — and the router alone decides what each outcome changes.
+// What differs between policies is one value, chosen at New (policy in
+// policies.go): where a pick goes, what an answer teaches it, and, for the
+// two with a read pool, the latency rule that takes a member out of it
+// (hybrid's medianRule, least_cost's baselineRule); the rest of the
+// router is the same for all.
 //
 // # Read-pool health
 //

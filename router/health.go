@@ -129,7 +129,7 @@ func (r *Router) benchedLocked(reachable []int, leader int) []int {
 // judge's (judgeRound); the rest is as above.
 // Caller must hold r.mu.
 func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed, clusterTrouble bool) []int {
-	if !r.kind.pooled() {
+	if r.rule == nil {
 		return nil
 	}
 	rounds := make([]readRound, len(r.roster().health))
@@ -182,13 +182,8 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 		if h.ejected {
 			probeOK := !h.probed || len(probes) < 2 || r.inLine(h.probe.Value(), probeMedian, r.cfg.MinProbeEjectGap)
 			fresh := h.freshInLine.Load() >= int64(r.cfg.ReadmitSamples)
-			if r.kind == leastCostKind && h.ejectWhy == outLatency {
-				// Back once its own baseline judge no longer finds it
-				// failing; or, out MaxEjection with its probes in line,
-				// with its baseline forgotten (readmitLocked): a member
-				// slower for good is where it is, and the cost model keeps
-				// reads off it while it is dear.
-				fresh = !h.cost.judge.failing || now.Sub(h.ejectedAt) >= r.cfg.MaxEjection
+			if h.ejectWhy == outLatency {
+				fresh = r.rule.back(r, h, now, fresh)
 			}
 			if now.Before(h.ejectUntil) || !probeOK || !fresh {
 				out = append(out, candidate{i: i, was: true, severity: r.severity(h, rounds[i].signal, h.ejectWhy, median, probeMedian), why: h.ejectWhy})
@@ -246,9 +241,7 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 			why = outFailures
 		case r.failingMore(i, shares):
 			why = outFailures
-		case r.kind == leastCostKind && h.cost.judge.failing:
-			why = outLatency // judged against its own baseline (judgeRound), not the others' median
-		case r.kind != leastCostKind && h.slowReadRounds >= r.cfg.EjectRounds:
+		case r.rule.slow(r, h):
 			why = outLatency
 		case h.slowProbeRounds >= r.cfg.EjectRounds:
 			why = outProbeRTT
@@ -349,10 +342,7 @@ func (r *Router) severity(h *memberHealth, read time.Duration, why string, media
 	case outProbeRTT:
 		return float64(h.probe.Value()) / float64(max(probeMedian, 1))
 	}
-	if r.kind == leastCostKind {
-		return h.cost.judge.ratio // times slower than its baseline predicts
-	}
-	return float64(read) / float64(max(median, 1))
+	return r.rule.severity(h, read, median)
 }
 
 // readRound is what one round brought of a member's reads.

@@ -68,7 +68,7 @@ func (h *HedgeConfig) setDefaults() {
 
 func (h *HedgeConfig) validate(policy string) error {
 	switch {
-	case !kindOf(policy).pooled():
+	case policyFor(policy).poolRule() == nil:
 		return fmt.Errorf("%w: hedging needs a read pool (%s or %s), not %s", ErrInvalidConfig, Hybrid, LeastCost, policy)
 	case !(h.Quantile > 0 && h.Quantile < 1):
 		return fmt.Errorf("%w: hedge quantile %v outside (0, 1)", ErrInvalidConfig, h.Quantile)

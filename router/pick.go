@@ -57,7 +57,7 @@ func (r *Router) Pick(ctx context.Context, op Op) (Pick, error) {
 		}
 	}
 	if p.Index < 0 {
-		r.choose(s, &p)
+		p.Index, p.leaderPinned, p.probing = r.policy.choose(r, s, op)
 	}
 	ro := r.roster()
 	h := ro.health[p.Index]
@@ -134,7 +134,7 @@ func (p Pick) Done(o Outcome) {
 	case CallerGaveUp:
 		h.gaveUp[p.op].Add(1)
 		if timed {
-			r.censored(h, p, latency)
+			r.policy.gaveUp(r, h, p, latency)
 		} else if p.op == Write {
 			// Writes are not timed: one cut by its caller is evidence
 			// enough to look (a frozen leader answers nothing).
@@ -155,16 +155,8 @@ func (p Pick) Done(o Outcome) {
 				h.freshInLine.Store(0)
 			}
 		}
-		if timed && p.costSample() {
-			// A member that fails fast keeps few reads in flight and
-			// would look cheapest: a failure costs what four reads there
-			// are expected to, at the least.
-			h.cost.record(p.queued, max(latency, time.Duration(4*h.cost.expected(p.queued))))
-		}
-		if timed && r.kind == boltzmannKind {
-			// Errors inflate the estimate so that traffic shifts away.
-			h.all.Add(max(latency, 4*h.all.Value(), 10*r.cfg.InitialLatency))
-			r.updateWeight(h)
+		if timed {
+			r.policy.failed(r, h, p, latency)
 		}
 		if o == MemberFault && p.leaderPinned && p.op != Stream {
 			r.forgetLeader(p.Index)
@@ -186,16 +178,9 @@ func (p Pick) Done(o Outcome) {
 	if !timed {
 		return
 	}
-	if r.kind == boltzmannKind {
-		// Only the blended signal: the read estimate serves hybrid's read
-		// pool, and every extra atomic update here is contended across cores.
-		h.all.Add(latency)
-		r.updateWeight(h)
+	r.policy.answered(r, h, p, latency)
+	if r.rule == nil {
 		return
-	}
-	h.sample(latency)
-	if p.costSample() {
-		h.cost.record(p.queued, latency)
 	}
 	if r.hedge != nil && p.op.IsRead() && !p.probing && !p.hedge {
 		r.hedge.rings[p.op].add(latency)
@@ -209,36 +194,21 @@ func (p Pick) Done(o Outcome) {
 	}
 }
 
-// costSample reports whether p's latency is a sample of least_cost's
-// read-cost model: a linearizable read's, not a hedge's.
-func (p Pick) costSample() bool {
-	return p.r.kind == leastCostKind && p.op == LinearizableRead && !p.hedge
-}
-
 // censored folds in a read the caller gave up on after d: the member took
 // at least d. Only a d far above the others' median says anything; then d
-// itself (a lower bound) is the sample.
-func (r *Router) censored(h *memberHealth, p Pick, d time.Duration) {
-	if r.kind == boltzmannKind {
-		if d > h.all.Value() {
-			h.all.Add(d)
-			r.updateWeight(h)
-		}
-		return
-	}
+// itself (a lower bound) is the sample, and censored reports true.
+func (r *Router) censored(h *memberHealth, p Pick, d time.Duration) bool {
 	median := time.Duration(r.readMedian.Load())
 	if median <= 0 || !r.farAbove(d, median) {
-		return
+		return false
 	}
 	h.sample(d)
-	if p.costSample() {
-		h.cost.record(p.queued, d)
-	}
 	h.readStalls.Add(1)
 	r.unsettleIfSettled()
 	if p.probing {
 		h.freshInLine.Store(0)
 	}
+	return true
 }
 
 // farAbove reports whether v is far above median: beyond EjectRatio times
@@ -285,24 +255,15 @@ func (p Pick) ProbeBudget() time.Duration {
 	return 2 * max(time.Duration(p.r.cfg.EjectRatio*float64(median)), median+p.r.cfg.MinEjectGap)
 }
 
-// choose applies the policy to p.op and fills p's member index and flags.
-func (r *Router) choose(s *snapshot, p *Pick) {
-	switch r.kind {
-	case roundRobinKind:
-		p.Index = r.rotate(s.reachable)
-	case leaderOnlyKind:
-		p.Index, p.leaderPinned = r.toLeader(s)
-	case stickyKind:
-		p.Index = s.sticky
-	case boltzmannKind:
-		p.Index = r.boltzmann(s)
-	default: // hybridKind, leastCostKind
-		if p.op == Write {
-			p.Index, p.leaderPinned = r.toLeader(s)
-			return
-		}
-		p.Index, p.probing = r.fromPool(s, p.op)
+// choosePooled is a read pool's choice: writes to the leader, the rest
+// from the pool (fromPool).
+func (r *Router) choosePooled(s *snapshot, op Op, cheapest bool) (idx int, pinned, probing bool) {
+	if op == Write {
+		idx, pinned = r.toLeader(s)
+		return idx, pinned, false
 	}
+	idx, probing = r.fromPool(s, op, cheapest)
+	return idx, false, probing
 }
 
 // rotate returns the next member of set, which must not be empty (every
@@ -316,7 +277,9 @@ func (r *Router) rotate(set []int) int {
 // estimate (probing). A stream, which stays where it starts, never goes to
 // an ejected member; nor does a stale read that has pool members in the
 // client's zone, which it stays in (linearizable reads give the evidence).
-func (r *Router) fromPool(s *snapshot, op Op) (idx int, probing bool) {
+// cheapest: a linearizable read goes where the read-cost model prices it
+// cheapest (least_cost), else as choosePool spreads it.
+func (r *Router) fromPool(s *snapshot, op Op, cheapest bool) (idx int, probing bool) {
 	if len(s.ejected) > 0 && op != Stream && (op != StaleRead || len(s.local) == 0) {
 		share := r.cfg.ProbeShare * float64(len(s.ejected))
 		if u := r.uniform(); u < share {
@@ -326,7 +289,7 @@ func (r *Router) fromPool(s *snapshot, op Op) (idx int, probing bool) {
 	if op == StaleRead && len(s.local) > 0 {
 		return r.choosePool(s.local), false
 	}
-	if op == LinearizableRead && r.kind == leastCostKind {
+	if op == LinearizableRead && cheapest {
 		return r.cheapest(s.pool), false
 	}
 	return r.choosePool(s.pool), false

@@ -177,17 +177,9 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64, probed bool) {
 	// readmitted, like any member in the pool.
 	benched := unfit[:min(len(unfit), (len(reachable)-1)/2)]
 	trouble := r.clusterTroubleLocked(reachable)
-	if r.kind == leastCostKind {
-		// Before the ejections: the judge's verdicts are least_cost's
-		// latency rule.
-		costs := make([]*readCost, 0, len(reachable))
-		for _, h := range r.roster().health {
-			h.cost.fitLocked()
-		}
-		for _, i := range reachable {
-			costs = append(costs, &r.roster().health[i].cost)
-		}
-		judgeRound(costs, trouble)
+	if r.rule != nil {
+		// Before the ejections, which apply its verdicts.
+		r.rule.round(r, reachable, trouble)
 	}
 	ejected := r.ejectionsLocked(reachable, benched, now, probed, trouble)
 	next := r.buildSnapshot(leader, reachable, ejected, unfit, sticky)

@@ -21,7 +21,8 @@ type Router struct {
 	ros     atomic.Pointer[roster]
 	epoch   time.Time // monotonic base of Pick timestamps
 	sysTime bool      // cfg.Clock is the system clock: use the monotonic fast path
-	kind    policyKind
+	policy  policy
+	rule    latencyRule  // policy.poolRule(): nil without a read pool
 	seeded  bool         // random() uses rnd; else the runtime's per-thread generator
 	timed   [numOps]bool // the policy consumes this class's latency
 	// countsInflight: reads in flight per member are counted (LoadAware's
@@ -87,15 +88,16 @@ func New(cfg Config) (*Router, error) {
 		epoch:    cfg.Clock.Now(),
 	}
 	_, r.sysTime = cfg.Clock.(systemClock)
-	r.kind = kindOf(cfg.Policy)
-	r.countsInflight = cfg.LoadAware || r.kind == leastCostKind
+	r.policy = policyFor(cfg.Policy)
+	r.rule = r.policy.poolRule()
+	r.countsInflight = cfg.LoadAware || r.policy.countsInflight()
 	if cfg.Hedge != nil {
 		r.hedge = newHedger(*cfg.Hedge)
 	}
 	for op := range Op(numOps) {
 		// Reading the clock costs more than the rest of Pick, so only the
 		// classes whose latency the policy uses are timed.
-		r.timed[op] = (r.kind.pooled() && op.IsRead()) || (r.kind == boltzmannKind && op != Stream)
+		r.timed[op] = r.policy.timed(op)
 	}
 	r.rnd.Store(cfg.Seed)
 	r.seeded = cfg.Seed != 0
@@ -173,11 +175,7 @@ func (r *Router) Refresh() {
 // under the sticky policy, otherwise the known leader, where that traffic's
 // writes commit. ok is false when the leader is unknown.
 func (r *Router) Home() (idx int, ok bool) {
-	s := r.snap.Load()
-	if r.kind == stickyKind {
-		return s.sticky, true
-	}
-	return s.leader, s.leader >= 0
+	return r.policy.home(r.snap.Load())
 }
 
 // Reachable reports whether member idx answers its probes and serves.

@@ -434,7 +434,7 @@ func (m *machine) idle(t *rapid.T) {
 // quick does not eject it on latency.
 func (m *machine) quickReads(t *rapid.T) {
 	reachable := m.reachable()
-	if len(reachable) == 0 || m.r.kind == leastCostKind {
+	if len(reachable) == 0 || m.r.cfg.Policy == LeastCost {
 		return // least_cost judges a member against its own baseline: baselineReads, slowReads
 	}
 	ro := m.r.roster()
@@ -468,7 +468,7 @@ func (m *machine) quickReads(t *rapid.T) {
 // its run was complete already, held back by the minority cap).
 func (m *machine) edgeReads(t *rapid.T) {
 	reachable := m.reachable()
-	if len(reachable) < 2 || m.r.kind == leastCostKind {
+	if len(reachable) < 2 || m.r.cfg.Policy == LeastCost {
 		return // least_cost judges a member against its own baseline: baselineReads, slowReads
 	}
 	ro := m.r.roster()
@@ -527,7 +527,7 @@ func (m *machine) edgeReads(t *rapid.T) {
 // not already find failing leaves the pool on latency, and the judge's
 // evidence against every member falls or stays at 0.
 func (m *machine) baselineReads(t *rapid.T) {
-	if m.r.kind != leastCostKind {
+	if m.r.cfg.Policy != LeastCost {
 		return
 	}
 	ro := m.r.roster()
@@ -584,7 +584,7 @@ func (m *machine) baselineReads(t *rapid.T) {
 // failing within five rounds (the godoc derives three at two reads a
 // round; a member whose reads varied more takes longer).
 func (m *machine) slowReads(t *rapid.T) {
-	if m.r.kind != leastCostKind {
+	if m.r.cfg.Policy != LeastCost {
 		return
 	}
 	ro := m.r.roster()
@@ -763,14 +763,16 @@ func (m *machine) pickAllowed(s *snapshot, op Op, i int) (string, bool) {
 		}
 		return "a reachable member", slices.Contains(s.reachable, i)
 	}
-	switch k := m.r.kind; {
-	case k == leaderOnlyKind || (k.pooled() && op == Write):
+	policy := m.r.cfg.Policy
+	pooled := policy == Hybrid || policy == LeastCost
+	switch {
+	case policy == LeaderOnly || (pooled && op == Write):
 		return toLeader()
-	case k == stickyKind:
+	case policy == Sticky:
 		return "the sticky member", i == s.sticky
-	case k.pooled() && op == Stream:
+	case pooled && op == Stream:
 		return "a pool member", s.has(i)
-	case k.pooled():
+	case pooled:
 		return "a pool member or an ejected one", s.has(i) || slices.Contains(s.ejected, i)
 	}
 	return "a reachable member", slices.Contains(s.reachable, i)

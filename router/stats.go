@@ -124,9 +124,7 @@ func (r *Router) Stats() Stats {
 		for _, j := range s.reachable {
 			ms.Reachable = ms.Reachable || i == j
 		}
-		if r.kind == leastCostKind {
-			ms.ReadCost = h.cost.stats()
-		}
+		r.policy.describe(h, &ms)
 		switch {
 		case slices.Contains(s.benched, i):
 			ms.OutReason = h.benchWhy

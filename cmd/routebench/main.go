@@ -68,6 +68,7 @@ func run() error {
 	fleetRows := fs.String("fleet-rows", "", "fleet scenario rows, comma-separated (default all): idle-100, idle-500, streams-100, writes-100, failover-50, move-50")
 	out := fs.String("out", "", "directory for tables.md, results.json, results.csv and PNG figures")
 	cpuProfile := fs.String("cpuprofile", "", "write the client process's CPU profile here")
+	resume := fs.Bool("resume", false, "with --out: take the cells DIR/results.json holds with every policy's trials, measured with the same workload, from there and run only the rest; for a grid cut short (not the fleet scenario)")
 	replot := fs.String("replot", "", "redraw DIR/tables.md and DIR's figures from DIR/results.json (a previous --out), running nothing")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: routebench [flags]\n\nScenarios:\n%s\nFlags:\n", bench.Describe())
@@ -114,6 +115,19 @@ func run() error {
 		}
 	}
 	base := bench.Options{Workload: w, Set: set, Trials: *trials, Nodes: *nodes, Logf: logf}
+	if *resume {
+		if *out == "" {
+			return errors.New("--resume needs --out, the directory of the run to resume")
+		}
+		path := filepath.Join(*out, "results.json")
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			logf("resume: no %s yet, so every cell runs", path)
+		} else if base.Measured, err = bench.LoadComparisons(path); err != nil {
+			return err
+		} else {
+			logf("resume: %d cells in %s; those measured with every policy's trials are not run again", len(base.Measured), path)
+		}
+	}
 	if *policies != "" {
 		base.Policies = strings.Split(*policies, ",")
 	}
@@ -153,7 +167,22 @@ func run() error {
 	var comps []*bench.Comparison
 	var headers []string
 	var errs []error
+	// Every finished cell is written at once, with the cells of a resumed
+	// run not reached yet, so that a run cut short keeps what it measured
+	// and --resume goes on from there.
+	var finished []*bench.Comparison
+	var writeErr error
+	keep := func(c *bench.Comparison) {
+		finished = append(finished, c)
+		if *out == "" || writeErr != nil {
+			return
+		}
+		if writeErr = bench.WriteFiles(*out, withUnreached(finished, base.Measured), strings.Join(headers, "\n")); writeErr != nil {
+			logf("writing %s: %v", *out, writeErr)
+		}
+	}
 	for i, opts := range runs {
+		opts.Finished = keep
 		if len(runs) > 1 {
 			logf("layout and CPU mode %d of %d: %s topology, %s", i+1, len(runs), opts.TopologyName, bench.CPUModeName(bench.CPUMode(opts.Backend, opts.Nodes, opts.ClientCPU)))
 		}
@@ -166,9 +195,9 @@ func run() error {
 			fmt.Println()
 			fmt.Print(bench.Markdown(cs))
 			if *out != "" {
-				// After each setup, so that an interrupted grid keeps
-				// what it measured.
-				if werr := bench.WriteFiles(*out, comps, strings.Join(headers, "\n")); werr != nil {
+				// The cells cut short too, for the record; --resume
+				// runs them again.
+				if werr := errors.Join(writeErr, bench.WriteFiles(*out, withUnreached(comps, base.Measured), strings.Join(headers, "\n"))); werr != nil {
 					return werr
 				}
 				logf("wrote %s/{tables.md,results.json,results.csv,*.png}", *out)
@@ -191,6 +220,23 @@ func run() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// withUnreached is cs and the cells of measured that none of cs replaces:
+// what a resumed run has not reached yet stays on record.
+func withUnreached(cs, measured []*bench.Comparison) []*bench.Comparison {
+	type key struct{ scenario, variant, topology, cpu string }
+	have := map[key]bool{}
+	for _, c := range cs {
+		have[key{c.Scenario, c.Variant, c.Topology, c.CPU}] = true
+	}
+	out := slices.Clone(cs)
+	for _, c := range measured {
+		if !have[key{c.Scenario, c.Variant, c.Topology, c.CPU}] {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // setup is a layout and CPU mode to run scenarios on: --topology,
