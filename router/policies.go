@@ -74,30 +74,30 @@ func policyFor(name string) policy {
 	return hybrid{}
 }
 
-// unpooled is what a policy without a read pool does unless it says
-// otherwise: it times nothing and learns nothing from latencies.
-type unpooled struct{}
+// basePolicy is what a policy does unless it says otherwise: it times
+// nothing, learns nothing from latencies and keeps no read pool.
+type basePolicy struct{}
 
-func (unpooled) timed(Op) bool        { return false }
-func (unpooled) countsInflight() bool { return false }
-func (unpooled) home(s *snapshot) (int, bool) {
+func (basePolicy) timed(Op) bool        { return false }
+func (basePolicy) countsInflight() bool { return false }
+func (basePolicy) home(s *snapshot) (int, bool) {
 	return s.leader, s.leader >= 0
 }
-func (unpooled) answered(*Router, *memberHealth, Pick, time.Duration) {}
-func (unpooled) failed(*Router, *memberHealth, Pick, time.Duration)   {}
-func (unpooled) gaveUp(*Router, *memberHealth, Pick, time.Duration)   {}
-func (unpooled) poolRule() latencyRule                                { return nil }
-func (unpooled) describe(*memberHealth, *MemberStats)                 {}
+func (basePolicy) answered(*Router, *memberHealth, Pick, time.Duration) {}
+func (basePolicy) failed(*Router, *memberHealth, Pick, time.Duration)   {}
+func (basePolicy) gaveUp(*Router, *memberHealth, Pick, time.Duration)   {}
+func (basePolicy) poolRule() latencyRule                                { return nil }
+func (basePolicy) describe(*memberHealth, *MemberStats)                 {}
 
 // roundRobin rotates every operation over the reachable members.
-type roundRobin struct{ unpooled }
+type roundRobin struct{ basePolicy }
 
 func (roundRobin) choose(r *Router, s *snapshot, _ Op) (int, bool, bool) {
 	return r.rotate(s.reachable), false, false
 }
 
 // leaderOnly sends everything to the leader.
-type leaderOnly struct{ unpooled }
+type leaderOnly struct{ basePolicy }
 
 func (leaderOnly) choose(r *Router, s *snapshot, _ Op) (int, bool, bool) {
 	idx, pinned := r.toLeader(s)
@@ -105,14 +105,14 @@ func (leaderOnly) choose(r *Router, s *snapshot, _ Op) (int, bool, bool) {
 }
 
 // sticky keeps everything on one member, as ZooKeeper's client does.
-type sticky struct{ unpooled }
+type sticky struct{ basePolicy }
 
 func (sticky) choose(_ *Router, s *snapshot, _ Op) (int, bool, bool) { return s.sticky, false, false }
 func (sticky) home(s *snapshot) (int, bool)                          { return s.sticky, true }
 
 // boltzmann draws every operation but streams by the members' blended
 // latency estimates (Router.boltzmann).
-type boltzmann struct{ unpooled }
+type boltzmann struct{ basePolicy }
 
 func (boltzmann) choose(r *Router, s *snapshot, _ Op) (int, bool, bool) {
 	return r.boltzmann(s), false, false
@@ -143,20 +143,15 @@ func (boltzmann) gaveUp(r *Router, h *memberHealth, _ Pick, d time.Duration) {
 // over the read pool (or, LoadAware, by power of two choices); a member
 // leaves the pool when its reads run far above the others' median
 // (medianRule).
-type hybrid struct{}
+type hybrid struct{ basePolicy }
 
 func (hybrid) choose(r *Router, s *snapshot, op Op) (int, bool, bool) {
 	return r.choosePooled(s, op, false)
 }
-func (hybrid) timed(op Op) bool     { return op.IsRead() }
-func (hybrid) countsInflight() bool { return false }
-func (hybrid) home(s *snapshot) (int, bool) {
-	return s.leader, s.leader >= 0
-}
+func (hybrid) timed(op Op) bool { return op.IsRead() }
 func (hybrid) answered(_ *Router, h *memberHealth, _ Pick, latency time.Duration) {
 	h.sample(latency)
 }
-func (hybrid) failed(*Router, *memberHealth, Pick, time.Duration) {}
 func (hybrid) gaveUp(r *Router, h *memberHealth, p Pick, d time.Duration) {
 	r.censored(h, p, d)
 }
