@@ -155,8 +155,7 @@ func (hybrid) answered(_ *Router, h *memberHealth, _ Pick, latency time.Duration
 func (hybrid) gaveUp(r *Router, h *memberHealth, p Pick, d time.Duration) {
 	r.censored(h, p, d)
 }
-func (hybrid) poolRule() latencyRule                { return medianRule{} }
-func (hybrid) describe(*memberHealth, *MemberStats) {}
+func (hybrid) poolRule() latencyRule { return medianRule{} }
 
 // medianRule: a member is out once its reads ran far above the others'
 // median for EjectRounds rounds, and back once its probe-share reads are
