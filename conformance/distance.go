@@ -145,15 +145,20 @@ func testDegradedFar(t *testing.T, h Harness) {
 // within 5 s of the client's start.
 func testStartedDegraded(t *testing.T, h Harness) {
 	c := healed(t, h)
-	ctx := context.Background()
-	leader, _ := c.Leader(ctx)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	leader, err := c.Leader(ctx)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
 	slow := (leader + 1) % 3
 	c.Degrade(slow, 8*time.Millisecond, 2*time.Millisecond)
 	start := time.Now()
 	cli := connect(t, h, c.Endpoints(), router.Hybrid)
 	startLoad(t, cli, 8, 0.8, "starteddegraded")
-	testutil.Poll(t, 5*time.Second-time.Since(start), fmt.Sprintf("m%d, degraded before the client started, ejected", slow), func() bool {
-		return cli.Stats().Members[slow].Ejected
+	testutil.PollWhy(t, 5*time.Second-time.Since(start), fmt.Sprintf("m%d, degraded before the client started, ejected", slow), func() (bool, string) {
+		st := cli.Stats()
+		return st.Members[slow].Ejected, fmt.Sprintf("%v after the start, leader %q: %s", time.Since(start).Round(time.Millisecond), st.Leader, memberStates(st))
 	})
 	t.Logf("ejected %v after the client started", time.Since(start))
 }

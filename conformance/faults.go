@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -111,15 +112,22 @@ func waitPool(t *testing.T, cli Client, i int, out bool, within time.Duration, w
 	start := time.Now()
 	for outOfPool(cli, i) != out {
 		if time.Since(start) > within {
-			for _, m := range cli.Stats().Members {
-				t.Logf("  %s: reachable %v probe ok %v ejected %v (%q) ejections %d read EWMA %v probe RTT %v reads %d gave up %v errors %v",
-					m.Member.ID, m.Reachable, m.ProbeOK, m.Ejected, m.OutReason, m.Ejections, m.ReadLatency, m.ProbeRTT, m.Reads(), m.GaveUp, m.Errors)
-			}
-			t.Fatalf("%s: not within %v", what, within)
+			t.Fatalf("%s: not within %v: %s", what, within, memberStates(cli.Stats()))
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
 	return time.Since(start)
+}
+
+// memberStates says what the router knows of each member, for a failure's
+// message.
+func memberStates(st router.Stats) string {
+	var b strings.Builder
+	for _, m := range st.Members {
+		fmt.Fprintf(&b, "\n  %s: reachable %v probe ok %v ejected %v (%q) ejections %d read EWMA %v probe RTT %v reads %d gave up %v errors %v",
+			m.Member.ID, m.Reachable, m.ProbeOK, m.Ejected, m.OutReason, m.Ejections, m.ReadLatency, m.ProbeRTT, m.Reads(), m.GaveUp, m.Errors)
+	}
+	return b.String()
 }
 
 // seedKeys writes the keys the read loads read.
