@@ -241,7 +241,9 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 			why = outFailures
 		case r.failingMore(i, shares):
 			why = outFailures
-		case r.rule.slow(r, h):
+		case !clusterTrouble && r.rule.slow(r, h):
+			// A verdict stands through a troubled round, but the round
+			// ejects nobody new on latency: it judges nobody.
 			why = outLatency
 		case h.slowProbeRounds >= r.cfg.EjectRounds:
 			why = outProbeRTT
