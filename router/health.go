@@ -431,6 +431,8 @@ func (r *Router) readmitLocked(h *memberHealth, median time.Duration, now time.T
 	}
 	if h.cost.judge.failing {
 		h.cost.judge.rebaseline() // readmitted on reads in line with the pool after MaxEjection out
+	} else {
+		h.cost.restore()
 	}
 	h.ejected = false
 	h.readmissions++

@@ -141,6 +141,28 @@ func (c *readCost) fitLocked() {
 	c.line.Store(&costLine{base: base * 1e3, perRead: perRead * 1e3})
 }
 
+// restore puts the model back on the member's baseline, its healthy self
+// (or forgets it, with no baseline yet): readmitted while its judge does
+// not find it failing, its model still holds the reads of its failure,
+// which its exploration share alone would take tens of seconds to
+// outweigh. The baseline weighs as costHalfLife reads at most, so that
+// the reads that follow move the model as fast as ever. Caller must hold
+// Router.mu.
+func (c *readCost) restore() {
+	b := c.judge.baseline
+	c.fit = costFit{}
+	clear(c.floors[:])
+	c.line.Store(nil)
+	if b.w < baselineMinWeight {
+		return
+	}
+	k := min(1, costHalfLife/b.w)
+	c.fit = costFit{w: k * b.w, x: k * b.x, y: k * b.y, xx: k * b.xx, xy: k * b.xy}
+	if base, perRead, ok := c.fit.line(math.Inf(1)); ok {
+		c.line.Store(&costLine{base: base * 1e3, perRead: perRead * 1e3})
+	}
+}
+
 // predict returns the cost of a read placed with q reads in flight on the
 // member, in nanoseconds; an unknown member is priced at initial per read in
 // flight.

@@ -151,20 +151,7 @@ func TestJudgeFalseVerdictRate(t *testing.T) {
 // eight of its reads returning to it (on its probe share alone), while a
 // member that was always far stays in.
 func TestLeastCostEjectsOnItsJudgesVerdict(t *testing.T) {
-	tr := newTestRouter(t, Config{Policy: LeastCost})
-	latency := []time.Duration{time.Millisecond, 1500 * time.Microsecond, 4 * time.Millisecond} // m2 is far
-	round := func() {
-		for range 2000 {
-			p, err := tr.Pick(t.Context(), LinearizableRead)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tr.clock.Advance(latency[p.Index])
-			p.Done(OK)
-		}
-		tr.clock.Advance(250 * time.Millisecond)
-		tr.probeRound()
-	}
+	tr, latency, round := leastCostWorld(t)
 	for range 100 {
 		round()
 	}
@@ -190,5 +177,102 @@ func TestLeastCostEjectsOnItsJudgesVerdict(t *testing.T) {
 		if m.Member.ID != "m1" && m.Ejections > 0 {
 			t.Fatalf("%s ejected %d times", m.Member.ID, m.Ejections)
 		}
+	}
+}
+
+// leastCostWorld is a least_cost router over three members whose reads,
+// one at a time, take latency[i] on the fake clock (m0 leads beside the
+// client, m1 is a follower beside it, m2 a far follower); round runs 2,000
+// reads and a probe round.
+func leastCostWorld(t *testing.T) (testRouter, []time.Duration, func()) {
+	tr := newTestRouter(t, Config{Policy: LeastCost})
+	latency := []time.Duration{time.Millisecond, 1500 * time.Microsecond, 4 * time.Millisecond}
+	round := func() {
+		t.Helper()
+		for range 2000 {
+			p, err := tr.Pick(t.Context(), LinearizableRead)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr.clock.Advance(latency[p.Index])
+			p.Done(OK)
+		}
+		tr.clock.Advance(250 * time.Millisecond)
+		tr.probeRound()
+	}
+	return tr, latency, round
+}
+
+// price is what member i's model says a read there costs alone.
+func price(tr testRouter, i int) time.Duration {
+	c := tr.Stats().Members[i].ReadCost
+	return c.Base + c.PerRead
+}
+
+// A member readmitted once its reads are back in line with its baseline is
+// priced at that baseline, not at the reads of its failure: on its
+// exploration share alone those would keep it dear, and its reads away,
+// for tens of seconds after it healed.
+func TestLeastCostReadmittedAtItsBaseline(t *testing.T) {
+	tr, latency, round := leastCostWorld(t)
+	for range 100 {
+		round()
+	}
+	healthy := price(tr, 1)
+	latency[1] *= 9
+	for k := 1; !tr.Stats().Members[1].Ejected; k++ {
+		if k > 4 {
+			t.Fatalf("m1, nine times slower than its baseline, still in the pool after 4 rounds: %+v", tr.Stats().Members[1].ReadCost)
+		}
+		round()
+	}
+	failing := price(tr, 1)
+	latency[1] /= 9
+	for k := 1; tr.Stats().Members[1].Ejected; k++ {
+		if k > 8 {
+			t.Fatalf("m1 still out 8 rounds after its reads returned to its baseline: %+v", tr.Stats().Members[1].ReadCost)
+		}
+		round()
+	}
+	got := price(tr, 1)
+	t.Logf("m1 priced %v healthy, %v failing, %v once readmitted", healthy, failing, got)
+	if got > healthy*12/10 {
+		t.Fatalf("m1 readmitted at %v a read, want its baseline's %v (±20 %%); failing it was %v", got, healthy, failing)
+	}
+}
+
+// A leader move is no grey failure: the old leader's reads gain the
+// ReadIndex hop and the new leader's lose it, so that against their old
+// baselines the old leader is slower for good, and every member's residual
+// against the others moves. Nobody leaves the pool for it (the yardstick
+// and the members' baselines follow), and the judge still finds a failure
+// after it.
+func TestLeastCostLeaderMoveIsNoFailure(t *testing.T) {
+	tr, latency, round := leastCostWorld(t)
+	for range 100 {
+		round()
+	}
+	// The leader moves to the far member: m0's reads gain the hop, m2's
+	// lose it.
+	tr.cluster.set("m2", 2)
+	latency[0], latency[2] = latency[1], latency[2]-time.Millisecond
+	for range 40 {
+		round()
+		tr.expectNoneEjected(t, "after the leader moved from m0 to m2")
+	}
+	if l, _ := tr.Leader(); l != 2 {
+		t.Fatalf("leader m%d, want m2", l)
+	}
+	for _, m := range tr.Stats().Members {
+		if m.ReadCost.Verdicts > 0 {
+			t.Fatalf("%s found failing after the leader moved: %+v", m.Member.ID, m.ReadCost)
+		}
+	}
+	latency[0] *= 9
+	for k := 1; !tr.Stats().Members[0].Ejected; k++ {
+		if k > 6 {
+			t.Fatalf("m0, nine times slower than its baseline, still in the pool after 6 rounds: %+v", tr.Stats().Members[0].ReadCost)
+		}
+		round()
 	}
 }

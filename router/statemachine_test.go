@@ -238,6 +238,12 @@ func (m *machine) probeRound(t *rapid.T, forced bool) {
 	before := m.probes
 	m.probed = nil
 	m.mu.Unlock()
+	m.r.mu.Lock()
+	readmitted := make([]uint64, len(m.r.roster().health))
+	for i, h := range m.r.roster().health {
+		readmitted[i] = h.readmissions
+	}
+	m.r.mu.Unlock()
 	m.r.round(context.Background(), forced)
 	m.mu.Lock()
 	probed, who := m.probes > before, slices.Clone(m.probed)
@@ -257,6 +263,18 @@ func (m *machine) probeRound(t *rapid.T, forced bool) {
 	for _, i := range s.reachable {
 		if ro.health[i].ejected && s.has(i) {
 			t.Fatalf("member %d flagged ejected (%s) but in the read pool after a round", i, ro.health[i].ejectWhy)
+		}
+	}
+	for i, h := range ro.health {
+		if m.r.cfg.Policy != LeastCost || i >= len(readmitted) || h.readmissions == readmitted[i] || h.cost.judge.baseline.w < baselineMinWeight {
+			continue
+		}
+		// Readmitted: priced at its baseline, not at the reads of its
+		// failure (restore).
+		base, perRead, _ := h.cost.judge.baseline.line(math.Inf(1))
+		same := func(a, b float64) bool { return math.Abs(a-b) <= 1e-6*max(math.Abs(b), 1) }
+		if l := h.cost.line.Load(); l == nil || !same(l.base, 1e3*base) || !same(l.perRead, 1e3*perRead) {
+			t.Fatalf("member %d readmitted with its model at %+v, want its baseline's line (%.0f µs, %.0f µs a read)", i, l, base, perRead)
 		}
 	}
 }
