@@ -115,15 +115,44 @@ type ClientCutter interface {
 	DirectEndpoints() []string
 }
 
+// PolicyEnv names the environment variable that chooses the policy the
+// suite's properties run under, all but those about a named policy
+// (hybrid's spread, round_robin, sticky, hedging, P2C): hybrid when unset,
+// or least_cost. The full tier runs hybrid;
+//
+//	OPROUTE_CONFORMANCE_POLICY=least_cost go test -run TestConformance ./backends/...
+//
+// runs the rest under least_cost.
+const PolicyEnv = "OPROUTE_CONFORMANCE_POLICY"
+
+// suitePolicy is the policy PolicyEnv names.
+func suitePolicy() string {
+	if p := os.Getenv(PolicyEnv); p != "" {
+		return p
+	}
+	return router.Hybrid
+}
+
+// spreadsEvenly reports whether policy spreads linearizable reads evenly
+// over its read pool (hybrid) rather than by what each member costs
+// (least_cost): only then is a healthy member's share of reads a promise.
+func spreadsEvenly(policy string) bool { return policy != router.LeastCost }
+
 // Run runs every property against h.
 func Run(t *testing.T, h Harness) {
+	switch p := suitePolicy(); p {
+	case router.Hybrid, router.LeastCost:
+		t.Logf("properties not about a named policy run under %s (%s)", p, PolicyEnv)
+	default:
+		t.Fatalf("%s=%q: want %s or %s", PolicyEnv, p, router.Hybrid, router.LeastCost)
+	}
 	share(t, h)
 	property(t, "HybridWritesToLeaderReadsSpread", func(t *testing.T) { testHybridRouting(t, h) })
 	property(t, "TxnClassifiedByContent", func(t *testing.T) { testTxn(t, h) })
 	property(t, "RoundRobinIsStock", func(t *testing.T) { testRoundRobin(t, h) })
 	property(t, "LeaderMovedUnderLoad", func(t *testing.T) { testLeaderChange(t, h, false) })
 	property(t, "LeaderKilledUnderLoad", func(t *testing.T) { testLeaderChange(t, h, true) })
-	property(t, "DegradedMemberLeavesAndRejoins", func(t *testing.T) { testDegraded(t, h, router.Hybrid) })
+	property(t, "DegradedMemberLeavesAndRejoins", func(t *testing.T) { testDegraded(t, h, suitePolicy()) })
 	property(t, "AllEquallySlowNobodyEjected", func(t *testing.T) { testAllSlow(t, h) })
 	property(t, "Distance/FarFollowerKeptAtLoad", func(t *testing.T) { testFarMemberKept(t, h, healed(t, h), farKeptWindow) })
 	property(t, "Distance/ThreeZonesKeptAtLoad", func(t *testing.T) {
@@ -132,8 +161,8 @@ func Run(t *testing.T, h Harness) {
 	property(t, "Distance/DegradedFarFollowerLeaves", func(t *testing.T) { testDegradedFar(t, h) })
 	property(t, "Distance/DegradedBeforeClientStarts", func(t *testing.T) { testStartedDegraded(t, h) })
 	property(t, "Distance/FarFollowerKeptWhenIdle", func(t *testing.T) { testKeptWhenIdle(t, h) })
-	property(t, "LinearizableUnderLeaderChange", func(t *testing.T) { testLinearizable(t, h, fresh(t, h), router.Hybrid, leaderChangeFault) })
-	property(t, "LinearizableUnderDegradedMember", func(t *testing.T) { testLinearizable(t, h, healed(t, h), router.Hybrid, degradedFault) })
+	property(t, "LinearizableUnderLeaderChange", func(t *testing.T) { testLinearizable(t, h, fresh(t, h), suitePolicy(), leaderChangeFault) })
+	property(t, "LinearizableUnderDegradedMember", func(t *testing.T) { testLinearizable(t, h, healed(t, h), suitePolicy(), degradedFault) })
 	// Beyond the paper: hybrid's variants keep its promises.
 	property(t, "Hedging/FirstAnswerNoDuplicateWrite", func(t *testing.T) { testLinearizable(t, h, healed(t, h), HybridHedge, stallFault) })
 	property(t, "LoadAware/DegradedMemberLeavesAndRejoins", func(t *testing.T) { testDegraded(t, h, HybridP2C) })

@@ -85,7 +85,7 @@ func testGrowAndShrink(t *testing.T, h Harness) {
 	if !ok {
 		testutil.Skip(t, "the test bed cannot change this backend's membership")
 	}
-	cli := connect(t, h, c.Endpoints(), router.Hybrid)
+	cli := connect(t, h, c.Endpoints(), suitePolicy())
 	rc, ok := cli.(MembershipClient)
 	if !ok {
 		testutil.Skip(t, "the client cannot learn the membership")

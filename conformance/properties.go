@@ -130,24 +130,24 @@ func run(t *testing.T, n int, op func(ctx context.Context, i int) error) {
 	}
 }
 
-// hybridSetup takes the shared cluster and a hybrid client, and waits
-// until the client knows the leader, whose index it returns.
-func hybridSetup(t *testing.T, h Harness) (Cluster, Client, int) {
+// setup takes the shared cluster and a client of policy, and waits until
+// the client knows the leader, whose index it returns.
+func setup(t *testing.T, h Harness, policy string) (Cluster, Client, int) {
 	t.Helper()
-	return hybridOn(t, h, healed(t, h))
+	return clientOn(t, h, healed(t, h), policy)
 }
 
-// hybridOn connects a hybrid client to c and waits until it knows the
+// clientOn connects a client of policy to c and waits until it knows the
 // leader, whose index it returns.
-func hybridOn(t *testing.T, h Harness, c Cluster) (Cluster, Client, int) {
+func clientOn(t *testing.T, h Harness, c Cluster, policy string) (Cluster, Client, int) {
 	t.Helper()
-	cli := connect(t, h, c.Endpoints(), router.Hybrid)
+	cli := connect(t, h, c.Endpoints(), policy)
 	leader := knownLeader(t, cli, c)
 	return c, cli, leader
 }
 
 func testHybridRouting(t *testing.T, h Harness) {
-	c, cli, leader := hybridSetup(t, h)
+	c, cli, leader := setup(t, h, router.Hybrid)
 	before := servedAll(t, c)
 	run(t, 300, func(ctx context.Context, i int) error { return cli.Put(ctx, fmt.Sprintf("hybrid/%d", i), "v") })
 	run(t, 600, func(ctx context.Context, i int) error {
@@ -208,7 +208,7 @@ const electionBound = 45 * time.Second
 // then go to it, and that no acknowledged write is lost.
 func testLeaderChange(t *testing.T, h Harness, kill bool) {
 	c := fresh(t, h)
-	cli := connect(t, h, c.Endpoints(), router.Hybrid)
+	cli := connect(t, h, c.Endpoints(), suitePolicy())
 	ctx := context.Background()
 	old := knownLeader(t, cli, c)
 	l := startLoad(t, cli, 4, 0.5, "change")
@@ -327,7 +327,7 @@ func windowShare(cli Client, i int, window time.Duration) float64 {
 // testDegraded degrades the same-zone follower under load (+8 ms ± 2 ms on
 // all its links): it must leave the read pool (under 2 % of reads, by the
 // members' own counts), writes stay on the leader, and it must come back
-// once healed. policy is hybrid or a variant of it.
+// once healed. policy is the suite's or a variant of hybrid.
 func testDegraded(t *testing.T, h Harness, policy string) {
 	c := healed(t, h)
 	cli := connect(t, h, c.Endpoints(), policy)
@@ -335,29 +335,31 @@ func testDegraded(t *testing.T, h Harness, policy string) {
 	slow := (leader + 1) % 3 // the same-zone follower in the default topology
 	startLoad(t, cli, 4, 0.8, "degraded")
 	testutil.Poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[slow].Reads() > 100 })
+	before := windowShare(cli, slow, 500*time.Millisecond)
 
 	c.Degrade(slow, 8*time.Millisecond, 2*time.Millisecond)
 	degradedAt := time.Now()
 	took := testutil.Poll(t, 5*time.Second, "degraded member's read share below 2%", func() bool {
 		return windowShare(cli, slow, 500*time.Millisecond) < 0.02
 	})
-	t.Logf("degraded member's read share fell below 2%% within %v", took)
+	t.Logf("degraded member's read share (%.3f before) fell below 2%% within %v", before, took)
 
 	d := servedWhileDegraded(t, c, slow)
 	t.Logf("server side while degraded: %+v (since degrading: %v)", d, time.Since(degradedAt))
 	if s := shares(d, writesOf); s[leader] < 0.99 {
 		t.Errorf("writes moved off the leader: %+v", d)
 	}
-	// Under P2C a slow member is avoided from its first slow answers, so
-	// the samples that judge it come slower: give its ejection time.
-	if !cli.Stats().Members[slow].Ejected && policy != HybridP2C {
+	// Under P2C a slow member is avoided from its first slow answers, and
+	// under least_cost as soon as it costs more, so the samples that judge
+	// it come slower: give its ejection time.
+	if !cli.Stats().Members[slow].Ejected && policy == router.Hybrid {
 		t.Errorf("router does not report m%d ejected", slow)
 	} else if !cli.Stats().Members[slow].Ejected {
 		took = testutil.Poll(t, 15*time.Second, fmt.Sprintf("router reports m%d ejected", slow), func() bool { return cli.Stats().Members[slow].Ejected })
 		t.Logf("ejected %v later", took)
 	}
 
-	healAndRejoin(t, c, cli, slow)
+	healAndRejoin(t, c, cli, slow, before)
 }
 
 // servedWhileDegraded measures what the members served over 2 s while
@@ -375,19 +377,25 @@ func servedWhileDegraded(t *testing.T, c Cluster, i int) []Served {
 }
 
 // healAndRejoin heals member i and waits for it to be back in the read
-// pool with a fair share of reads.
-func healAndRejoin(t *testing.T, c Cluster, cli Client, i int) {
+// pool with 0.15 of the reads under an even spread, which gives it a
+// third; under least_cost with half the share it had before the fault
+// (before), what its place earns it.
+func healAndRejoin(t *testing.T, c Cluster, cli Client, i int, before float64) {
 	t.Helper()
+	want := 0.15
+	if !spreadsEvenly(suitePolicy()) {
+		want = before / 2
+	}
 	c.Degrade(i, 0, 0)
-	took := testutil.Poll(t, 10*time.Second, fmt.Sprintf("recovered member m%d rejoins", i), func() bool {
-		return !cli.Stats().Members[i].Ejected && windowShare(cli, i, 300*time.Millisecond) > 0.15
+	took := testutil.Poll(t, 10*time.Second, fmt.Sprintf("recovered member m%d rejoins with %.3f of the reads", i, want), func() bool {
+		return !cli.Stats().Members[i].Ejected && windowShare(cli, i, 300*time.Millisecond) > want
 	})
 	t.Logf("recovered member m%d rejoined within %v", i, took)
 }
 
 func testAllSlow(t *testing.T, h Harness) {
 	c := healed(t, h)
-	cli := connect(t, h, c.Endpoints(), router.Hybrid)
+	cli := connect(t, h, c.Endpoints(), suitePolicy())
 	for i := range 3 {
 		c.Degrade(i, 4*time.Millisecond, time.Millisecond)
 	}

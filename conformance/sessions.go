@@ -52,7 +52,7 @@ func sessionClient(t *testing.T, cli Client) SessionClient {
 func testEphemeralSurvives(t *testing.T, h Harness) {
 	skipWithout[SessionClient](t, h, "backend has no client sessions")
 	c := fresh(t, h)
-	sc := sessionClient(t, connect(t, h, c.Endpoints(), router.Hybrid))
+	sc := sessionClient(t, connect(t, h, c.Endpoints(), suitePolicy()))
 	ctx := context.Background()
 	if err := sc.PutEphemeral(ctx, "eph", "mine"); err != nil {
 		t.Fatal(err)
@@ -67,7 +67,7 @@ func testEphemeralSurvives(t *testing.T, h Harness) {
 	if err := c.MoveLeader(mctx, (leader+1)%3); err != nil {
 		t.Fatal(err)
 	}
-	other := sessionClient(t, connect(t, h, c.Endpoints(), router.Hybrid))
+	other := sessionClient(t, connect(t, h, c.Endpoints(), suitePolicy()))
 	owner, err := other.Owner(ctx, "eph")
 	if err != nil || owner != sid {
 		t.Fatalf("after the leader change the ephemeral's owner is %#x (%v), want the session %#x", owner, err, sid)
@@ -86,7 +86,7 @@ func testEphemeralSurvives(t *testing.T, h Harness) {
 func testWatchAfterLoss(t *testing.T, h Harness) {
 	skipWithout[SessionClient](t, h, "backend has no client sessions")
 	c := healed(t, h) // the killed follower is restarted by the next heal
-	cli := connect(t, h, c.Endpoints(), router.Hybrid)
+	cli := connect(t, h, c.Endpoints(), suitePolicy())
 	sc := sessionClient(t, cli)
 	ctx := context.Background()
 	if err := cli.Put(ctx, "watched", "0"); err != nil {
@@ -101,7 +101,7 @@ func testWatchAfterLoss(t *testing.T, h Harness) {
 	if err := c.Kill(member); err != nil {
 		t.Fatal(err)
 	}
-	writer := connect(t, h, c.Endpoints(), router.Hybrid)
+	writer := connect(t, h, c.Endpoints(), suitePolicy())
 	testutil.Poll(t, 10*time.Second, "a write after the member died", func() bool {
 		wctx, cancel := context.WithTimeout(ctx, opTimeout)
 		defer cancel()
@@ -124,12 +124,12 @@ func testExpiry(t *testing.T, h Harness) {
 	if !ok {
 		testutil.Skip(t, "cluster cannot cut client links")
 	}
-	sc := sessionClient(t, connect(t, h, c.Endpoints(), router.Hybrid))
+	sc := sessionClient(t, connect(t, h, c.Endpoints(), suitePolicy()))
 	ctx := context.Background()
 	if err := sc.PutEphemeral(ctx, "doomed", "v"); err != nil {
 		t.Fatal(err)
 	}
-	admin := sessionClient(t, connect(t, h, cut.DirectEndpoints(), router.Hybrid))
+	admin := sessionClient(t, connect(t, h, cut.DirectEndpoints(), suitePolicy()))
 	cut.CutClients(true)
 	testutil.Poll(t, 4*sc.SessionTimeout(), "the cluster expires the session", func() bool {
 		owner, err := admin.Owner(ctx, "doomed")
