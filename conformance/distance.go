@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,8 +147,8 @@ func testDegradedFar(t *testing.T, h Harness) {
 
 // testStartedDegraded connects a client while the same-zone follower is
 // already degraded: with no history to compare against, it is out of the
-// read pool (ejected, or unreachable to the router) within 5 s of the
-// client's start and serves under 2 % of the reads by its own count. Under least_cost, which has only the member's
+// read pool within 5 s of the client's start and serves under 2 % of the
+// reads by its own count. Under least_cost, which has only the member's
 // degraded self as its baseline, being dear is enough: under 2 % of the
 // reads, ejected or not.
 func testStartedDegraded(t *testing.T, h Harness) {
@@ -164,15 +165,24 @@ func testStartedDegraded(t *testing.T, h Harness) {
 	policy := suitePolicy()
 	cli := connect(t, h, c.Endpoints(), policy)
 	startLoad(t, cli, 8, 0.8, "starteddegraded")
+	// What the router made of the member, each time it changed, for the
+	// failure's message.
+	var timeline []string
+	last := ""
 	testutil.PollWhy(t, 5*time.Second-time.Since(start), fmt.Sprintf("m%d, degraded before the client started, out of the pool", slow), func() (bool, string) {
 		st := cli.Stats()
-		out := outOfPool(cli, slow) // ejected, or unreachable: no reads either way
+		m := st.Members[slow]
+		if now := fmt.Sprintf("reachable %v probe ok %v ejected %v (%q)", m.Reachable, m.ProbeOK, m.Ejected, m.OutReason); now != last {
+			timeline = append(timeline, fmt.Sprintf("%v: %s, %d reads, probe RTT %v", time.Since(start).Round(time.Millisecond), now, m.Reads(), m.ProbeRTT))
+			last = now
+		}
+		out := m.Ejected
 		if !spreadsEvenly(policy) {
 			out = windowShare(cli, slow, 300*time.Millisecond) < 0.02
 		}
-		return out, fmt.Sprintf("%v after the start, leader %q: %s", time.Since(start).Round(time.Millisecond), st.Leader, memberStates(st))
+		return out, fmt.Sprintf("%v after the start, leader %q: %s\n m%d over time: %s", time.Since(start).Round(time.Millisecond), st.Leader, memberStates(st), slow, strings.Join(timeline, "; "))
 	})
-	t.Logf("out %v after the client started (ejected %v)", time.Since(start), cli.Stats().Members[slow].Ejected)
+	t.Logf("out %v after the client started; m%d over time: %s", time.Since(start), slow, strings.Join(timeline, "; "))
 	servedWhileDegraded(t, c, slow)
 }
 
