@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"time"
 
 	"github.com/oproute/oproute/router"
@@ -142,4 +144,22 @@ func (p placement) zonesByEndpoint() (zones map[string]string, ok bool) {
 		zones[ep] = p.zones[i]
 	}
 	return zones, true
+}
+
+// servedByMember asks every member for its counts at once: a member's
+// /metrics take a while to fetch and parse on a loaded machine, and asked
+// one after another they held the snapshot that opens a trial's window
+// past a short window's end.
+func servedByMember(n int, served func(i int) (Served, error)) ([]Served, error) {
+	out := make([]Served, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { out[i], errs[i] = served(i) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -113,24 +113,16 @@ func (c *etcdCluster) status(ctx context.Context, i int) (*pb.StatusResponse, er
 }
 
 func (c *etcdCluster) Served(ctx context.Context) ([]Served, error) {
-	out := make([]Served, len(c.endpoints))
-	for i, ep := range c.endpoints {
-		var s testbed.Served
+	return servedByMember(len(c.endpoints), func(i int) (Served, error) {
 		if c.tb != nil {
-			var err error
-			if s, err = c.tb.Served(ctx, i); err != nil {
-				return nil, err
-			}
-		} else {
-			n, err := testbed.FetchGRPCCounts(ctx, c.http, ep)
-			if err != nil {
-				return nil, err
-			}
-			s = testbed.ServedFromGRPC(n)
+			return c.tb.Served(ctx, i)
 		}
-		out[i] = s
-	}
-	return out, nil
+		n, err := testbed.FetchGRPCCounts(ctx, c.http, c.endpoints[i])
+		if err != nil {
+			return Served{}, err
+		}
+		return testbed.ServedFromGRPC(n), nil
+	})
 }
 
 func (c *etcdCluster) ServerCPU() []time.Duration {

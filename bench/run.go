@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/oproute/oproute/internal/testutil"
+	"github.com/oproute/oproute/router"
+	"github.com/oproute/oproute/testbed"
 )
 
 // Result is one trial of one policy: the record written to results.json.
@@ -216,10 +218,10 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 	case <-time.After(time.Until(windowStart)):
 	case <-ctx.Done():
 	}
-	statsBefore := cli.Stats()
-	servedBefore, _ := cl.Served(ctx)
-	cpuBefore, srvBefore := testutil.ProcessCPU(), sum(cl.ServerCPU())
-	trafficBefore, trafficBeforeErr := cl.Traffic()
+	before := readCounters(ctx, cl, cli)
+	// Counters read after the window closed count nothing of it: the
+	// members' counts are left out rather than taken from what came after.
+	late := time.Now().After(end)
 	var faultWG sync.WaitGroup
 	if spec.during != nil {
 		faultWG.Go(func() { spec.during(runCtx, windowStart) })
@@ -232,10 +234,8 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 	if ctx.Err() != nil {
 		return trialOutput{}, ctx.Err()
 	}
-	statsAfter := cli.Stats()
-	servedAfter, _ := cl.Served(ctx)
-	cpuAfter, srvAfter := testutil.ProcessCPU(), sum(cl.ServerCPU())
-	trafficAfter, trafficAfterErr := cl.Traffic()
+	after := readCounters(ctx, cl, cli)
+	statsBefore, statsAfter := before.stats, after.stats
 	leaderAfter, _ := cl.Leader(ctx)
 
 	var reads, writes []time.Duration
@@ -266,23 +266,49 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 	}
 	r.OutOfPoolByMember = outOfPool
 	r.WindowS = elapsed.Seconds()
-	if servedBefore != nil && servedAfter != nil {
-		for i := range servedAfter {
-			r.ServerReadsByMember = append(r.ServerReadsByMember, servedAfter[i].Reads-servedBefore[i].Reads)
+	if before.served != nil && after.served != nil && !late {
+		for i := range after.served {
+			r.ServerReadsByMember = append(r.ServerReadsByMember, after.served[i].Reads-before.served[i].Reads)
 			// The workload's transactions are writes.
-			r.ServerWritesByMember = append(r.ServerWritesByMember, servedAfter[i].Writes+servedAfter[i].Txns-servedBefore[i].Writes-servedBefore[i].Txns)
+			r.ServerWritesByMember = append(r.ServerWritesByMember, after.served[i].Writes+after.served[i].Txns-before.served[i].Writes-before.served[i].Txns)
 		}
 	}
 	r.HedgedReads = int64(statsAfter.Hedges.Sent - statsBefore.Hedges.Sent)
 	r.HedgesWon = int64(statsAfter.Hedges.Won - statsBefore.Hedges.Won)
-	r.ClientCPU = (cpuAfter - cpuBefore).Seconds() / elapsed.Seconds()
-	r.ServerCPU = (srvAfter - srvBefore).Seconds() / elapsed.Seconds()
-	if trafficBeforeErr == nil && trafficAfterErr == nil {
-		t := trafficAfter.Since(trafficBefore)
+	r.ClientCPU = (after.cpu - before.cpu).Seconds() / elapsed.Seconds()
+	if !late {
+		r.ServerCPU = (after.serverCPU - before.serverCPU).Seconds() / elapsed.Seconds()
+	}
+	if before.trafficErr == nil && after.trafficErr == nil && !late {
+		t := after.traffic.Since(before.traffic)
 		r.Traffic = &t
 	}
 	r.LeaderChanged = leaderBefore != leaderAfter || statsAfter.LeaderChanges != statsBefore.LeaderChanges
 	return out, nil
+}
+
+// counters is what a trial reads at each end of its window.
+type counters struct {
+	stats      router.Stats
+	served     []Served // nil when a member could not be read
+	cpu        time.Duration
+	serverCPU  time.Duration
+	traffic    testbed.TrafficCounts
+	trafficErr error
+}
+
+// readCounters reads the client's counters and the cluster's at once: read
+// one after another on a loaded machine, the cluster's took longer than a
+// short window.
+func readCounters(ctx context.Context, cl Cluster, cli Client) counters {
+	var c counters
+	var wg sync.WaitGroup
+	wg.Go(func() { c.served, _ = cl.Served(ctx) })
+	wg.Go(func() { c.serverCPU = sum(cl.ServerCPU()) })
+	wg.Go(func() { c.traffic, c.trafficErr = cl.Traffic() })
+	c.stats, c.cpu = cli.Stats(), testutil.ProcessCPU()
+	wg.Wait()
+	return c
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -127,21 +127,19 @@ func (c *zkCluster) Leader(ctx context.Context) (int, error) {
 // latency summaries count a request where its session is): updates are
 // writes, reads include each linearizable read's sync.
 func (c *zkCluster) Served(ctx context.Context) ([]Served, error) {
-	out := make([]Served, len(c.admin))
-	for i, addr := range c.admin {
+	return servedByMember(len(c.admin), func(i int) (Served, error) {
 		if c.tb != nil && c.tb.Server(i).PID() == 0 {
-			continue
+			return Served{}, nil
 		}
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		b, err := zk4lw.Send(cctx, nil, addr, "mntr")
-		cancel()
+		defer cancel()
+		b, err := zk4lw.Send(cctx, nil, c.admin[i], "mntr")
 		if err != nil {
-			return nil, err
+			return Served{}, err
 		}
 		n := zk4lw.ParseRequests(zk4lw.ParseMntr(b))
-		out[i] = Served{Writes: n.Updates, Reads: n.Reads}
-	}
-	return out, nil
+		return Served{Writes: n.Updates, Reads: n.Reads}, nil
+	})
 }
 
 func (c *zkCluster) ServerCPU() []time.Duration {
