@@ -130,7 +130,8 @@ func testFarMemberKept(t *testing.T, h Harness, c Cluster, window time.Duration)
 // 2 % of reads by its own count after, back after the heal.
 func testDegradedFar(t *testing.T, h Harness) {
 	testutil.HoldCores(t)
-	c, cli, far := farFollower(t, h, suitePolicy())
+	policy := suitePolicy()
+	c, cli, far := farFollower(t, h, policy)
 	startLoad(t, cli, busyWorkers, 0.8, "degradedfar")
 	testutil.Poll(t, 10*time.Second, "reads reach the far member", func() bool { return cli.Stats().Members[far].Reads() > 100 })
 	before := windowShare(cli, far, 500*time.Millisecond)
@@ -142,7 +143,7 @@ func testDegradedFar(t *testing.T, h Harness) {
 	})
 	t.Logf("degraded far member ejected within %v", took)
 	servedWhileDegraded(t, c, far)
-	healAndRejoin(t, c, cli, far, before)
+	healAndRejoin(t, c, cli, policy, far, before)
 }
 
 // testStartedDegraded connects a client while the same-zone follower is
@@ -188,11 +189,11 @@ func testStartedDegraded(t *testing.T, h Harness) {
 
 // testKeptWhenIdle (hybrid's median rule; least_cost's judge takes no
 // evidence from a round without reads by construction, judgeRound) ends a
-// run of reads just as the far follower's last read was slow (a blip shorter than the latency rule's EjectRounds, as a
-// pause or a congested link gives) and leaves the client idle. A round that
-// brings a member no reads brings no evidence: nobody leaves the pool
-// however long the client idles, and once reads resume the far member
-// keeps its share.
+// run of reads just as the far follower's last read was slow (a blip
+// shorter than the latency rule's EjectRounds, as a pause or a congested
+// link gives) and leaves the client idle. A round that brings a member no
+// reads brings no evidence: nobody leaves the pool however long the client
+// idles, and once reads resume the far member keeps its share.
 func testKeptWhenIdle(t *testing.T, h Harness) {
 	c, cli, far := farFollower(t, h, router.Hybrid)
 	ended := func(i int) uint64 { return cli.Stats().Members[i].OK[router.LinearizableRead] }

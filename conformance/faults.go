@@ -306,9 +306,9 @@ type StreamClient interface {
 	HoldSession(ctx context.Context, ttl time.Duration) (lost <-chan struct{}, held time.Duration, err error)
 }
 
-// streamSetup connects a client of the suite's policy with streams to c (or skips),
-// waits until it knows the leader, writes key=value and opens a session
-// with ttl (where the backend takes one).
+// streamSetup connects a client of the suite's policy with streams to c
+// (or skips), waits until it knows the leader, writes key=value and opens a
+// session with ttl (where the backend takes one).
 func streamSetup(t *testing.T, h Harness, c Cluster, key, value string, ttl time.Duration) (Cluster, Client, StreamClient, int, session) {
 	t.Helper()
 	c, cli, leader := clientOn(t, h, c, suitePolicy())

@@ -359,7 +359,7 @@ func testDegraded(t *testing.T, h Harness, policy string) {
 		t.Logf("ejected %v later", took)
 	}
 
-	healAndRejoin(t, c, cli, slow, before)
+	healAndRejoin(t, c, cli, policy, slow, before)
 }
 
 // servedWhileDegraded measures what the members served over 2 s while
@@ -377,13 +377,13 @@ func servedWhileDegraded(t *testing.T, c Cluster, i int) []Served {
 }
 
 // healAndRejoin heals member i and waits for it to be back in the read
-// pool with 0.15 of the reads under an even spread, which gives it a
-// third; under least_cost with half the share it had before the fault
-// (before), what its place earns it.
-func healAndRejoin(t *testing.T, c Cluster, cli Client, i int, before float64) {
+// pool of cli, a client of policy: with 0.15 of the reads under an even
+// spread, which gives it a third; under least_cost with half the share it
+// had before the fault (before), what its place earns it.
+func healAndRejoin(t *testing.T, c Cluster, cli Client, policy string, i int, before float64) {
 	t.Helper()
 	want := 0.15
-	if !spreadsEvenly(suitePolicy()) {
+	if !spreadsEvenly(policy) {
 		want = before / 2
 	}
 	c.Degrade(i, 0, 0)

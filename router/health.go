@@ -429,11 +429,7 @@ func (r *Router) readmitLocked(h *memberHealth, median time.Duration, now time.T
 	if median <= 0 {
 		median = r.cfg.InitialLatency
 	}
-	if h.cost.judge.failing {
-		h.cost.judge.rebaseline() // readmitted on reads in line with the pool after MaxEjection out
-	} else {
-		h.cost.restore()
-	}
+	r.rule.readmitted(h)
 	h.ejected = false
 	h.readmissions++
 	h.read.Reset(median)

@@ -52,6 +52,9 @@ type latencyRule interface {
 	// ejection time is over and its probes are in line; inLine: its
 	// probe-share reads have been.
 	back(r *Router, h *memberHealth, now time.Time, inLine bool) bool
+	// readmitted resets what the rule models of h as it returns to the
+	// pool. Caller holds r.mu.
+	readmitted(h *memberHealth)
 	// severity is how far out h's reads (read, against the others'
 	// median) are, to order candidates under the minority cap.
 	severity(h *memberHealth, read, median time.Duration) float64
@@ -167,6 +170,7 @@ func (medianRule) slow(r *Router, h *memberHealth) bool {
 	return h.slowReadRounds >= r.cfg.EjectRounds
 }
 func (medianRule) back(_ *Router, _ *memberHealth, _ time.Time, inLine bool) bool { return inLine }
+func (medianRule) readmitted(*memberHealth)                                       {} // readmitLocked resets its EWMA
 func (medianRule) severity(_ *memberHealth, read, median time.Duration) float64 {
 	return float64(read) / float64(max(median, 1))
 }
@@ -213,7 +217,7 @@ func (leastCost) describe(h *memberHealth, ms *MemberStats) {
 
 // baselineRule: a member is out while its baseline judge finds it failing
 // (judgeRound), and back once it no longer does, or after MaxEjection with
-// its probes in line, its baseline forgotten (readmitLocked): a member
+// its probes in line, its baseline forgotten (readmitted): a member
 // slower for good is where it is, and the cost model keeps reads off it
 // while it is dear.
 type baselineRule struct{}
@@ -231,6 +235,18 @@ func (baselineRule) round(r *Router, reachable []int, troubled bool) {
 func (baselineRule) slow(_ *Router, h *memberHealth) bool { return h.cost.judge.failing }
 func (baselineRule) back(r *Router, h *memberHealth, now time.Time, _ bool) bool {
 	return !h.cost.judge.failing || now.Sub(h.ejectedAt) >= r.cfg.MaxEjection
+}
+
+// readmitted: back after MaxEjection while still found failing, the
+// member's baseline is forgotten (slower for good is where it is); back
+// because its judge no longer finds it failing, or its failures ended, its
+// model restarts from its baseline (readCost.restore).
+func (baselineRule) readmitted(h *memberHealth) {
+	if h.cost.judge.failing {
+		h.cost.judge.rebaseline()
+	} else {
+		h.cost.restore()
+	}
 }
 func (baselineRule) severity(h *memberHealth, _, _ time.Duration) float64 {
 	return h.cost.judge.ratio // times slower than its baseline predicts

@@ -134,11 +134,16 @@ func (c *readCost) fitLocked() {
 			floor = min(floor, f)
 		}
 	}
-	base, perRead, ok := c.fit.line(floor)
-	if !ok {
-		return
+	c.publish(floor)
+}
+
+// publish stores the fit's line for Pick, in nanoseconds, once the fit
+// holds enough reads; before that the last line stands. Caller must hold
+// Router.mu.
+func (c *readCost) publish(floor float64) {
+	if base, perRead, ok := c.fit.line(floor); ok {
+		c.line.Store(&costLine{base: base * 1e3, perRead: perRead * 1e3})
 	}
-	c.line.Store(&costLine{base: base * 1e3, perRead: perRead * 1e3})
 }
 
 // restore puts the model back on the member's baseline, its healthy self
@@ -153,13 +158,10 @@ func (c *readCost) restore() {
 	c.fit = costFit{}
 	clear(c.floors[:])
 	c.line.Store(nil)
-	if b.w < baselineMinWeight {
-		return
-	}
-	k := min(1, costHalfLife/b.w)
-	c.fit = costFit{w: k * b.w, x: k * b.x, y: k * b.y, xx: k * b.xx, xy: k * b.xy}
-	if base, perRead, ok := c.fit.line(math.Inf(1)); ok {
-		c.line.Store(&costLine{base: base * 1e3, perRead: perRead * 1e3})
+	if b.w >= baselineMinWeight {
+		k := min(1, costHalfLife/b.w)
+		c.fit = costFit{w: k * b.w, x: k * b.x, y: k * b.y, xx: k * b.xx, xy: k * b.xy}
+		c.publish(math.Inf(1))
 	}
 }
 
