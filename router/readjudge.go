@@ -178,8 +178,14 @@ func judgeRound(costs []*readCost, troubled bool) {
 		case j.excess < judgeThreshold/2:
 			j.failing = false
 		}
-		if j.excess >= judgeThreshold/2 {
-			continue // not learned: it may be the failure (learning only rounds that left S at 0 would bias the baseline low)
+		if j.excess >= judgeThreshold/2 || u >= judgeClip {
+			// Not learned: it may be the failure (learning only rounds
+			// that left S at 0 would bias the baseline low). A round
+			// judgeClip out is the first round of a failure as surely as
+			// one round can say (healthy rounds stay within a few tenths):
+			// learned, its reads at a load the baseline has not seen
+			// would teach it a slope that explains the failure away.
+			continue
 		}
 		j.baseline.add(e.d, baselineHalfLife)
 		modelVar := or(j.modelVar, modelVarPrior)

@@ -383,7 +383,8 @@ func (m *machine) hedge(t *rapid.T) {
 // stall holds up a read on every reachable member for a caller's
 // deadline (the client or the whole cluster starved) and cuts them all,
 // then runs a round: while most members' reads stalled, no member leaves
-// the pool on latency.
+// the pool on latency, nor on failures that were only stalls (which
+// least_cost counts as failed reads).
 func (m *machine) stall(t *rapid.T) {
 	reachable := m.reachable()
 	ro := m.r.roster()
@@ -413,8 +414,13 @@ func (m *machine) stall(t *rapid.T) {
 	m.r.mu.Lock()
 	defer m.r.mu.Unlock()
 	for i, h := range m.r.roster().health {
-		if i < len(wasOut) && h.ejected && !wasOut[i] && h.ejectWhy == outLatency {
-			t.Fatalf("member %d ejected on latency in a round after reads stalled on %d of %d reachable members", i, stalled, len(reachable))
+		if i >= len(wasOut) || !h.ejected || wasOut[i] {
+			continue
+		}
+		_, fails, _ := h.window.delta()
+		onStalls := h.ejectWhy == outFailures && fails == 0 && h.readFailStreak.Load() < int64(m.r.cfg.ConsecutiveFailures)
+		if h.ejectWhy == outLatency || onStalls {
+			t.Fatalf("member %d ejected (%s) in a round after reads stalled on %d of %d reachable members", i, h.ejectWhy, stalled, len(reachable))
 		}
 	}
 }
@@ -422,15 +428,18 @@ func (m *machine) stall(t *rapid.T) {
 // idle lets rounds pass with no read ending (a client between bursts):
 // the estimates stay as the last reads left them, which is no new
 // evidence, so no member leaves the pool on latency however many rounds
-// pass.
+// pass, but one its latency rule had found slow already.
 func (m *machine) idle(t *rapid.T) {
 	ro := m.r.roster()
 	m.r.round(context.Background(), false) // judges the reads that ended before the step
 	m.r.mu.Lock()
 	before := make([]uint64, len(ro.health))
-	due := make([]bool, len(ro.health)) // a run complete already, held back by the minority cap
+	// due: its latency rule found it slow already (hybrid's run complete,
+	// least_cost's verdict), held back by the minority cap or a troubled
+	// round: that verdict stands.
+	due := make([]bool, len(ro.health))
 	for i, h := range ro.health {
-		before[i], due[i] = h.totalEjected, h.slowReadRounds >= m.r.cfg.EjectRounds
+		before[i], due[i] = h.totalEjected, m.r.rule != nil && m.r.rule.slow(m.r, h)
 	}
 	m.r.mu.Unlock()
 	for range rapid.IntRange(1, 3*m.r.cfg.EjectRounds).Draw(t, "idle rounds") {
