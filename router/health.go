@@ -157,10 +157,7 @@ func (r *Router) ejectionsLocked(reachable, benched []int, now time.Time, probed
 	failing := 0 // reachable members with a read failure streak
 	for _, i := range reachable {
 		h := r.roster().health[i]
-		reads, fails, stalls := h.window.delta()
-		if r.rule.stallsFail() {
-			fails += stalls
-		}
+		reads, fails, _ := h.window.delta()
 		if reads >= uint64(r.cfg.MinSamples) {
 			shares[i] = float64(fails) / float64(reads)
 		}

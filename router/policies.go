@@ -58,9 +58,6 @@ type latencyRule interface {
 	// severity is how far out h's reads (read, against the others'
 	// median) are, to order candidates under the minority cap.
 	severity(h *memberHealth, read, median time.Duration) float64
-	// stallsFail reports whether reads cut by their callers far above the
-	// others' median (censored) count as failed in the failure share.
-	stallsFail() bool
 }
 
 // policyFor returns the policy named name (a Config.Policy, defaults set).
@@ -173,8 +170,7 @@ func (medianRule) slow(r *Router, h *memberHealth) bool {
 	return h.slowReadRounds >= r.cfg.EjectRounds
 }
 func (medianRule) back(_ *Router, _ *memberHealth, _ time.Time, inLine bool) bool { return inLine }
-func (medianRule) readmitted(*memberHealth)                                       {}               // readmitLocked resets its EWMA
-func (medianRule) stallsFail() bool                                               { return false } // its samples judge them
+func (medianRule) readmitted(*memberHealth)                                       {} // readmitLocked resets its EWMA
 func (medianRule) severity(_ *memberHealth, read, median time.Duration) float64 {
 	return float64(read) / float64(max(median, 1))
 }
@@ -252,13 +248,6 @@ func (baselineRule) readmitted(h *memberHealth) {
 		h.cost.restore()
 	}
 }
-
-// stallsFail: a member whose reads its callers cut far above the others'
-// median fails them, and its judge cannot say so while it has no baseline
-// (a member that never answered since the client started, or since the
-// cost model kept reads off it).
-func (baselineRule) stallsFail() bool { return true }
-
 func (baselineRule) severity(h *memberHealth, _, _ time.Duration) float64 {
 	return h.cost.judge.ratio // times slower than its baseline predicts
 }

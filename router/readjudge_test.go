@@ -276,29 +276,3 @@ func TestLeastCostLeaderMoveIsNoFailure(t *testing.T) {
 		round()
 	}
 }
-
-// A member whose reads its callers cut far above the others' median (a
-// partitioned ZooKeeper follower hangs its syncs) fails them: under
-// least_cost it leaves the pool by the failure share, though its judge,
-// which has no baseline for a member that never answered, has no verdict.
-func TestLeastCostStalledMemberLeavesWithoutABaseline(t *testing.T) {
-	tr := newTestRouter(t, Config{Policy: LeastCost})
-	stalled := func(m Member) (Outcome, time.Duration) {
-		if m.ID == "m1" {
-			return CallerGaveUp, 500 * time.Millisecond
-		}
-		return OK, 2 * time.Millisecond
-	}
-	for round := range 4 {
-		tr.runOutcome(t, 300, LinearizableRead, stalled)
-		tr.probeRound()
-		if m := tr.Stats().Members[1]; m.Ejected {
-			if m.OutReason != outFailures {
-				t.Fatalf("out for %q, want %q: %+v", m.OutReason, outFailures, m)
-			}
-			t.Logf("out after %d rounds", round+1)
-			return
-		}
-	}
-	t.Fatalf("a member whose every read is cut at 500 ms, against 2 ms elsewhere, still in the pool after 4 rounds: %+v", tr.Stats().Members[1])
-}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/oproute/oproute/testbed/proxy"
 )
 
 // TestLinkFaults: each knob's fault lands on the links it names and no
@@ -51,6 +53,21 @@ func TestLinkFaults(t *testing.T) {
 	}
 	if l := n.clientLink(2); l.Delay != cross {
 		t.Errorf("DegradePeers(2): client link %+v, want untouched", l)
+	}
+
+	n = base()
+	n.Extra[2].Delay = 5 * time.Millisecond // Degrade(2): every link of member 2, both ways
+	for _, l := range []struct {
+		name string
+		got  proxy.Link
+		want time.Duration
+	}{{"peer link into 0 from 2", n.peerLink(0, "2"), cross}, {"peer link into 2 from 1", n.peerLink(2, "1"), cross}, {"client link", n.clientLink(2), cross}} {
+		if l.got.Delay != l.want+5*time.Millisecond {
+			t.Errorf("Degrade(2): %s %+v, want +5ms", l.name, l.got)
+		}
+	}
+	if l := n.peerLink(0, "1"); l.Delay != same {
+		t.Errorf("Degrade(2): link between 0 and 1 %+v, want untouched", l)
 	}
 
 	n = base()
