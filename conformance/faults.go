@@ -154,6 +154,15 @@ func afterEjection(t *testing.T, cli Client, l *readLoad, deadline, window time.
 	time.Sleep(deadline) // the reads in flight have their deadline, not synchronisation
 	before := cli.Stats().Members
 	time.Sleep(window) // a measurement window, not synchronisation
+	// A starved machine may need longer for 100 reads: the window grows
+	// until it holds them, within 30 s.
+	for most := time.Now().Add(30 * time.Second); time.Now().Before(most); {
+		if total, _ := l.failedSince(from); total >= 100 {
+			break
+		}
+		time.Sleep(250 * time.Millisecond) // sampling the load's count
+	}
+	window = time.Since(from)
 	after := cli.Stats().Members
 	total, failed := l.failedSince(from)
 	share := float64(failed) / float64(max(total, 1))

@@ -24,7 +24,9 @@ func TestCheck(t *testing.T) {
 			}
 			check.Load().Heard()
 		}
-		c := Start(Config{QuietAfter: q, AnswerWithin: a, QuietMax: 8 * q,
+		// The answer comes from a goroutine: 200 ms for it, so that a
+		// starved scheduler is not a miss.
+		c := Start(Config{QuietAfter: q, AnswerWithin: 200 * time.Millisecond, QuietMax: 8 * q,
 			Ask:    func() error { asks.Add(1); go answer(); return nil },
 			Missed: func() { misses.Add(1) }})
 		check.Store(c)
@@ -35,6 +37,10 @@ func TestCheck(t *testing.T) {
 		}
 	})
 	t.Run("silent", func(t *testing.T) {
+		// Gaps of 250 ms and 850 ms: a timer 175 ms late on the first
+		// still shows the doubling (at 20 ms and 10 ms, 35 ms late did
+		// not).
+		const q, a = 100 * time.Millisecond, 50 * time.Millisecond
 		var asks, misses atomic.Int32
 		var mu sync.Mutex
 		var at []time.Time

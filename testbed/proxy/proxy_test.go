@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/oproute/oproute/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -101,6 +103,7 @@ func roundTrips(t *testing.T, c net.Conn, n int) []time.Duration {
 // stay within 0.6 ms of nominal: Go's timers alone overshoot a 250 µs wait
 // by about 0.8 ms on this class of machine.
 func TestPrecision(t *testing.T) {
+	testutil.HoldCores(t) // it times sub-millisecond delays: no saturating test beside it
 	target := echoServer(t)
 	base := roundTrips(t, dial(t, target), 200)[100]
 	for _, oneWay := range []time.Duration{250 * time.Microsecond, time.Millisecond, 4 * time.Millisecond} {
