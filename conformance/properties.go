@@ -402,8 +402,8 @@ func testAllSlow(t *testing.T, h Harness) {
 	l := startLoad(t, cli, 4, 0.8, "allslow")
 	// At least 4 s, and on until 100 operations ran (several hundred in
 	// 4 s unless the machine is starved), within 30 s.
-	least, most := time.Now().Add(4*time.Second), time.Now().Add(30*time.Second)
-	for time.Now().Before(most) && (time.Now().Before(least) || l.ops.Load() < 100) {
+	more := testutil.Until(4*time.Second, 30*time.Second, func() bool { return l.ops.Load() >= 100 })
+	for more() {
 		for _, m := range cli.Stats().Members {
 			if m.Ejected {
 				t.Fatalf("%s ejected although every member is equally slow: %+v", m.Member.ID, cli.Stats())

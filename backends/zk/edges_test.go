@@ -43,9 +43,9 @@ func TestLostLeaderProbeKeepsWritesAtLeader(t *testing.T) {
 	before := conn.Stats()
 	// At least 3 s of writes, and on until 3 probe dials to the leader
 	// were lost (about 4 in 3 s; fewer when starved), within 30 s.
-	least, most := time.Now().Add(3*time.Second), time.Now().Add(30*time.Second)
+	more := testutil.Until(3*time.Second, 30*time.Second, func() bool { return lost.Load() >= 3 })
 	n := 0
-	for ; time.Now().Before(most) && (time.Now().Before(least) || lost.Load() < 3); n++ {
+	for ; more(); n++ {
 		if _, err := conn.SetContext(ctx, "/lost", []byte{byte(n)}, -1); err != nil {
 			t.Fatalf("write %d: %v", n, err)
 		}

@@ -246,8 +246,8 @@ func TestFrozenServerDoesNotStall(t *testing.T) {
 	// (two failed probes: about 1 s; later on a busy machine), within 30 s.
 	var worst time.Duration
 	paused := time.Now()
-	least, most := paused.Add(4*time.Second), paused.Add(30*time.Second)
-	for n := 0; time.Now().Before(most) && (time.Now().Before(least) || conn.Stats().Members[1].Reachable); n++ {
+	more := testutil.Until(4*time.Second, 30*time.Second, func() bool { return !conn.Stats().Members[1].Reachable })
+	for n := 0; more(); n++ {
 		start := time.Now()
 		if _, _, err := conn.Get("/f"); err != nil {
 			t.Fatalf("read %d with z1 frozen: %v", n, err)

@@ -88,6 +88,18 @@ func Times(t T, n int, op func() error) []time.Duration {
 	return ds
 }
 
+// Until returns a loop condition for a load bounded by its evidence: true
+// while least has not passed since the call, then while enough does not
+// hold and most has not passed. A starved machine takes longer to gather
+// the evidence; the loop waits for it rather than judging a short window.
+func Until(least, most time.Duration, enough func() bool) func() bool {
+	start := time.Now()
+	return func() bool {
+		d := time.Since(start)
+		return d < least || d < most && !enough()
+	}
+}
+
 // Quantile returns the q-quantile (nearest rank) of ds, which it sorts.
 func Quantile(ds []time.Duration, q float64) time.Duration {
 	slices.Sort(ds)
