@@ -3,6 +3,7 @@ package router
 import (
 	"container/heap"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -158,11 +159,26 @@ func (q *simQueue) Pop() any {
 	return e
 }
 
-// closedLoop runs workers that each read, one read at a time, n reads in
-// all, on simulated members, in virtual time with a round every 250 ms; it
-// returns the mean read latency after the first fifth (a warm-up).
+// closedLoop is simulate on a new router under policy, without a load step.
 func closedLoop(t *testing.T, policy string, workers, n int, sims []simMember) time.Duration {
 	tr := newTestRouter(t, Config{Policy: policy, EjectRounds: 3})
+	return simulate(t, tr, workers, n, sims, loadStep{})
+}
+
+// loadStep starts more workers once at reads have ended, calling before
+// first.
+type loadStep struct {
+	at, more int
+	before   func()
+}
+
+// simulate runs workers on tr that each read, one read at a time, n reads
+// in all, on simulated members, in virtual time with a round every 250 ms;
+// it returns the mean read latency after the first fifth (a warm-up).
+func simulate(t *testing.T, tr testRouter, workers, n int, sims []simMember, step loadStep) time.Duration {
+	if step.more > 0 && step.at > n-workers-step.more {
+		t.Fatalf("a step at read %d of %d would leave reads in flight", step.at, n)
+	}
 	start := tr.clock.Now()
 	now := func() time.Duration { return tr.clock.Now().Sub(start) }
 	sims = append([]simMember(nil), sims...)
@@ -195,6 +211,15 @@ func closedLoop(t *testing.T, policy string, workers, n int, sims []simMember) t
 			sum += e.at - e.from
 		}
 		e.p.Done(OK)
+		if k == step.at && step.more > 0 {
+			if step.before != nil {
+				step.before()
+			}
+			for range step.more {
+				place()
+			}
+			workers += step.more
+		}
 		if k < n-workers {
 			place()
 		}
@@ -223,6 +248,44 @@ var layouts = map[string][]simMember{
 		{link: 350 * time.Microsecond, service: 600 * time.Microsecond},
 		{link: 350 * time.Microsecond, service: 200 * time.Microsecond},
 	},
+}
+
+// A client's load stepping from one worker to 64 at once is no grey
+// failure: least_cost spreads the reads as the cheapest member's queue
+// grows, so that the cheapest member's reads, past its flat baseline,
+// stay far below judgeClip beyond what the others' moved, and nobody
+// leaves the pool. The layouts include a leader beside the client with
+// both followers a zone away, where a follower's read costs about 5.7
+// times the leader's (TestJudgeKeepsAMemberThroughALoadStep has a step the
+// judge convicts).
+func TestLeastCostLoadStepEjectsNobody(t *testing.T) {
+	steps := maps.Clone(layouts)
+	steps["leader beside the client, both followers a zone away"] = []simMember{
+		{link: 250 * time.Microsecond, service: 250 * time.Microsecond},
+		{link: 2000 * time.Microsecond, service: 250 * time.Microsecond},
+		{link: 2000 * time.Microsecond, service: 250 * time.Microsecond},
+	}
+	for name, sims := range steps {
+		t.Run(name, func(t *testing.T) {
+			tr := newTestRouter(t, Config{Policy: LeastCost})
+			// Every member judged when the load steps: a follower gets
+			// only its exploration share of one worker's reads.
+			judged := func() {
+				t.Helper()
+				for i, m := range tr.Stats().Members {
+					if w := tr.roster().health[i].cost.judge.baseline.w; w < baselineMinWeight || m.ReadCost.Verdicts > 0 {
+						t.Fatalf("%s before the step: baseline of %.0f reads (judged from %d), %d verdicts", m.Member.ID, w, baselineMinWeight, m.ReadCost.Verdicts)
+					}
+				}
+			}
+			simulate(t, tr, 1, 100000, sims, loadStep{at: 50000, more: 63, before: judged})
+			for _, m := range tr.Stats().Members {
+				if m.Ejections > 0 || m.ReadCost.Verdicts > 0 {
+					t.Fatalf("%s: %d ejections, %d verdicts after the step: %+v", m.Member.ID, m.Ejections, m.ReadCost.Verdicts, m.ReadCost)
+				}
+			}
+		})
+	}
 }
 
 // In every simulated layout, from one worker (where the leader wins) to

@@ -61,6 +61,19 @@ import (
 // rounds a second, 0.3 an hour over three members. Latency is not
 // Gaussian; TestJudgeFalseVerdictRate checks a log-normal world, and a
 // soak on the test bed measures the rate that holds.
+//
+// Load steps: a round at more reads in flight than the baseline has seen
+// adds at most h/3 to S, so that unless S was already past h/6 it is
+// learned, and a member whose load rose, its reads on its line, is judged
+// against that line from the next round
+// (TestJudgeKeepsAMemberThroughALoadStep). A step that makes one member's
+// reads e^judgeClip (8×) slower than its baseline predicts, beyond what the
+// others' moved, is not learned and is convicted like a failure. least_cost
+// does not make such a step while no member is 8 times cheaper than the
+// next: it spreads reads as the cheapest member's queue grows, so that its
+// reads cost about what the next member's do (TestLeastCostLoadStepEjectsNobody:
+// one worker to 64 at once, with followers up to 5.7 times the leader's
+// cost, no verdict).
 const (
 	judgeShift     = math.Ln2
 	judgeClip      = 3 * judgeShift

@@ -16,6 +16,7 @@ type judgeWorld struct {
 	costs           []*readCost
 	base, perRead   []time.Duration
 	slow            []float64 // a grey failure: the member's reads take this many times longer
+	lo, hi          []int     // a read on member i is placed with lo[i]..hi[i] reads in flight, itself included
 	readSD, modelSD float64
 }
 
@@ -26,6 +27,7 @@ func newJudgeWorld(seed uint64, members int) *judgeWorld {
 		w.base = append(w.base, time.Duration(1+i)*time.Millisecond) // farther members read slower, for ever
 		w.perRead = append(w.perRead, 200*time.Microsecond)
 		w.slow = append(w.slow, 1)
+		w.lo, w.hi = append(w.lo, 1), append(w.hi, 4)
 	}
 	return w
 }
@@ -37,7 +39,7 @@ func (w *judgeWorld) round(reads []int, common float64) {
 		c.round = [6]float64{}
 		member := math.Exp(w.rnd.NormFloat64() * w.modelSD)
 		for range reads[i] {
-			x := float64(1 + w.rnd.IntN(4))
+			x := float64(w.lo[i] + w.rnd.IntN(w.hi[i]-w.lo[i]+1))
 			ns := float64(w.base[i]+time.Duration(x)*w.perRead[i]) * w.slow[i] * common * member * math.Exp(w.rnd.NormFloat64()*w.readSD-w.readSD*w.readSD/2)
 			us := ns / 1e3 // the round's sums are in µs
 			c.round[0]++
@@ -91,6 +93,60 @@ func TestJudgeFindsAMemberSlowerThanItsBaseline(t *testing.T) {
 	}
 	if w.costs[1].judge.failing {
 		t.Fatalf("still failing 20 rounds after the heal: excess %.2f", w.costs[1].judge.excess/judgeThreshold)
+	}
+}
+
+// A load step is no failure: a member whose reads in flight rise past any
+// count its baseline has seen, its reads on its line (a queue, not a
+// fault), is not found failing. A step is learned in one round, so long as
+// its reads are less than e^judgeClip (8×) slower than the baseline
+// predicts beyond what the others' moved; a member alone jumping from one
+// read in flight to 64 (13.8 ms against its flat baseline's 1.2 ms) is
+// convicted like a failure, a step least_cost's placement does not make
+// (TestLeastCostLoadStepEjectsNobody).
+func TestJudgeKeepsAMemberThroughALoadStep(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		members       int    // the first members step
+		before, after [2]int // reads in flight, least and most, before and after the step
+		convicted     bool
+	}{
+		{"m0 from 1-4 in flight to 8-16", 1, [2]int{1, 4}, [2]int{8, 16}, false},
+		{"m0 from one at a time to 1-16", 1, [2]int{1, 1}, [2]int{1, 16}, false},
+		{"m0 from one at a time to 16", 1, [2]int{1, 1}, [2]int{16, 16}, false},
+		{"every member from one at a time to 64", 3, [2]int{1, 1}, [2]int{64, 64}, false},
+		{"every member from 1-4 to 32-64", 3, [2]int{1, 4}, [2]int{32, 64}, false},
+		{"m0 alone from one at a time to 64", 1, [2]int{1, 1}, [2]int{64, 64}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newJudgeWorld(5, 3)
+			reads := []int{200, 20, 20}
+			for i := range c.members {
+				w.lo[i], w.hi[i] = c.before[0], c.before[1]
+			}
+			for range 400 {
+				w.round(reads, 1)
+			}
+			if n := w.verdicts(); n > 0 {
+				t.Fatalf("%d verdicts before the step", n)
+			}
+			for i := range c.members {
+				w.lo[i], w.hi[i] = c.after[0], c.after[1]
+			}
+			for k := 1; k <= 400; k++ {
+				w.round(reads, 1)
+				n := w.verdicts()
+				switch {
+				case c.convicted && n > 0:
+					t.Logf("convicted %d rounds after the step", k)
+					return
+				case c.convicted && k == 4:
+					t.Fatalf("not convicted 4 rounds after the step: m0 %.2f times its baseline beyond the others", w.costs[0].judge.ratio)
+				case n > 0:
+					t.Fatalf("%d verdicts %d rounds after the load stepped: m0 %.2f, m1 %.2f, m2 %.2f times its baseline beyond the others", n, k, w.costs[0].judge.ratio, w.costs[1].judge.ratio, w.costs[2].judge.ratio)
+				}
+			}
+		})
 	}
 }
 
