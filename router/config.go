@@ -17,7 +17,8 @@ const (
 	Hybrid     = "hybrid"
 	// LeastCost writes to the leader as Hybrid does and places each
 	// linearizable read where a model of each member's read cost, learned
-	// from the client's own reads, expects it to take least (see readCost).
+	// from the client's own reads, prices it lowest: its expected latency
+	// plus what it adds to the reads queued behind it (see readCost).
 	LeastCost = "least_cost"
 )
 

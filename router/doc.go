@@ -38,15 +38,16 @@
 //     behind the leader's commit index. It leaves at once, before a
 //     read fails there, gets no reads at all, and returns when its probes
 //     recover;
-//   - latency: its read latency is above EjectRatio × the median of the
+//   - latency, hybrid's rule (least_cost's is its baseline judge, below):
+//     its read latency is above EjectRatio × the median of the
 //     judged members' read latencies, its own included, and by more than
 //     MinEjectGap, at EjectRounds rounds in a row (but for the rounds
 //     held, below). A member's
 //     read latency is the mean of the round's reads when it had MinSamples
 //     of them, else its read EWMA (Alpha): at load one EWMA
 //     reflects the last few reads only, and rounds that end on a healthy
-//     member's tail would eject it. A round in which reads failed on most
-//     members (an election, the whole cluster stalled) is no latency
+//     member's tail would eject it. A round in which reads failed or
+//     stalled on most members (an election, the whole cluster stalled) is no latency
 //     evidence: every member is slow then, a far one most. A round
 //     counts against a member only on the reads that ended in it: their
 //     own mean must be above the line too (the EWMA remembers earlier
@@ -85,7 +86,13 @@
 // and then, from ejecting it; a grey failure (the paper's +8 ms on every link puts a
 // follower's reads at five times the median) stays above the line.
 //
-// An ejected member keeps a ProbeShare of reads and returns when
+// Under least_cost the latency rule is the baseline judge (readjudge.go):
+// a member leaves while it is slower than its own baseline predicts, beyond
+// what the others share, and returns, no sooner than its ejection time and
+// with its probes in line, once its judge no longer finds it so, or after
+// MaxEjection with its baseline forgotten (baselineRule).
+//
+// An ejected member keeps a ProbeShare of reads and, under hybrid, returns when
 // ReadmitSamples of them in a row are in line with the pool's share-fair
 // median (the median × pooled ÷ reachable members: while it is out the
 // others carry its share, and on a saturated cluster their reads slow by

@@ -177,7 +177,7 @@ func (medianRule) severity(_ *memberHealth, read, median time.Duration) float64 
 
 // leastCost places each linearizable read on the member its read-cost
 // model (readCost) prices cheapest, and judges each member against its own
-// baseline (readJudge); writes and the rest as hybrid.
+// baseline (judgeRound, readjudge.go); writes and the rest as hybrid.
 type leastCost struct{ hybrid }
 
 func (leastCost) choose(r *Router, s *snapshot, op Op) (int, bool, bool) {

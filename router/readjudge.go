@@ -47,8 +47,12 @@ import (
 // and finds the member failing from when S reaches judgeThreshold (h) until
 // it falls below h/2. A round's residual counts at most judgeClip either
 // way, and a round adds at most judgeStep (h/3) to S: one stalled round
-// cannot convict alone, nor one fast round acquit. Rounds that leave S below h/2 feed the baseline and τ²: learning
-// only from rounds that leave S at 0 would bias the baseline low.
+// cannot convict alone, nor one fast round acquit. Rounds that leave S
+// below h/2, their residual below judgeClip, feed the baseline and τ²:
+// learning only from rounds that leave S at 0 would bias the baseline low,
+// and a round judgeClip out is the first round of a failure as surely as
+// one round can say (learned, it would teach the baseline a slope that
+// explains the failure away).
 //
 // Detection delay: a member k times slower than its baseline adds
 // min((δ ÷ v)(min(log k, 3δ) − δ/2), h/3) a round; at the degraded
