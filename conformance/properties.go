@@ -329,6 +329,11 @@ func windowShare(cli Client, i int, window time.Duration) float64 {
 // members' own counts), writes stay on the leader, and it must come back
 // once healed. policy is the suite's or a variant of hybrid.
 func testDegraded(t *testing.T, h Harness, policy string) {
+	// Its promises are relative: the degraded member slower than the
+	// others, which another binary's saturating test blurs (beside one,
+	// the P2C form's degraded follower kept 2 % of the reads or more in
+	// every half second for 5 s; alone it falls below 2 % within 1.5 s).
+	testutil.HoldCores(t)
 	c := healed(t, h)
 	cli := connect(t, h, c.Endpoints(), policy)
 	leader := knownLeader(t, cli, c)
