@@ -182,28 +182,38 @@ type Config struct {
 
 	// Clock tells the time. Default is the system clock.
 	Clock Clock
+	// Manual, when set, starts no background prober: the caller runs each
+	// round with Round, at the times it chooses on the Clock it gave, as
+	// a simulator in virtual time does (package sim). Refresh then marks
+	// the next Round as forced (RoundPending), and WaitProbed waits, in
+	// wall time, for Rounds another goroutine runs.
+	Manual bool
 	// Seed makes the router's random choices (boltzmann, probe share,
 	// sticky start) repeatable, through one cursor shared by all callers.
 	// Default is none: each thread draws from Go's own generator, with no
 	// state shared between cores.
 	Seed uint64
 
-	// OnRefresh, when set, is called after every round, from the
-	// probing goroutine, once the new view (leader, reachable members, read
-	// pool) is in place. Backends whose connections are bound to a member
-	// (ZooKeeper sessions) use it to move them. It must not block for long:
-	// the next round waits for it.
+	// OnRefresh, when set, is called after every round, from the probing
+	// goroutine (Round's, under Manual), once the new view (leader,
+	// reachable members, read pool) is in place. Backends whose
+	// connections are bound to a member (ZooKeeper sessions) use it to
+	// move them. It must not block for long: the next round waits for it.
 	OnRefresh func()
 
 	// OnEvent, when set, is told of each routing change worth a log line
 	// (leader changed or lost, a member unreachable or back, out of the
 	// read pool or back, with the evidence): SlogEvents(logger) logs them.
-	// The router calls it from its probing goroutine with its lock held:
+	// The router calls it from its probing goroutine (Round's, under
+	// Manual) with its lock held:
 	// it must not block or call the router. Backends call it too, from
 	// their own goroutines (ZooKeeper session events), so it must be safe
 	// for concurrent use, as loggers are.
 	OnEvent func(Event)
 }
+
+// DefaultProbeTimeout is Config.ProbeTimeout's default.
+const DefaultProbeTimeout = 500 * time.Millisecond
 
 // DefaultProbeInterval is Config.ProbeInterval's default.
 const DefaultProbeInterval = 250 * time.Millisecond
@@ -232,7 +242,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.ProbeInterval, DefaultProbeInterval)
 	orDefault(&c.StableProbeInterval, DefaultStableProbeInterval)
 	orDefault(&c.IdleProbeRounds, DefaultIdleProbeRounds)
-	orDefault(&c.ProbeTimeout, 500*time.Millisecond)
+	orDefault(&c.ProbeTimeout, DefaultProbeTimeout)
 	orDefault(&c.UnreachableAfter, 2)
 	orDefault(&c.Alpha, ewma.DefaultAlpha)
 	orDefault(&c.EjectRatio, 2)

@@ -28,6 +28,37 @@ func (r *Router) loop(ctx context.Context) {
 	}
 }
 
+// Round runs one round now, as the background loop would at its tick:
+// probes when the cadence asks for them (every member on the first round
+// and after Refresh), then judges the members and publishes the new view;
+// OnRefresh and OnEvent are called from Round's goroutine. It blocks until
+// the probes answer, and Rounds run one at a time. Only under
+// Config.Manual (ErrNotManual otherwise); ErrClosed after Close; ctx's
+// error if it ended the round before its view was published.
+func (r *Router) Round(ctx context.Context) error {
+	if !r.cfg.Manual {
+		return ErrNotManual
+	}
+	r.manualMu.Lock()
+	defer r.manualMu.Unlock()
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	r.round(ctx, r.manualForced.Swap(false))
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if r.cfg.OnRefresh != nil {
+		r.cfg.OnRefresh()
+	}
+	return nil
+}
+
+// RoundPending reports, under Config.Manual, that a round is asked for
+// now (Refresh, or evidence that the background loop would probe at once
+// for): a simulator runs one before its next event.
+func (r *Router) RoundPending() bool { return r.cfg.Manual && r.manualForced.Load() }
+
 type probeOutcome struct {
 	res       ProbeResult
 	rtt       time.Duration

@@ -66,6 +66,10 @@ type Router struct {
 
 	cadence
 	refreshc chan struct{}
+	// manualForced: the next Round probes every member (Config.Manual).
+	manualForced atomic.Bool
+	// manualMu serialises Rounds, and Close with the one under way.
+	manualMu sync.Mutex
 	cancel   context.CancelFunc
 	done     chan struct{}
 	closed   atomic.Bool
@@ -121,7 +125,12 @@ func New(cfg Config) (*Router, error) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	go r.loop(ctx)
+	if cfg.Manual {
+		r.manualForced.Store(true) // the first round probes every member, as the loop's does
+		close(r.done)
+	} else {
+		go r.loop(ctx)
+	}
 	return r, nil
 }
 
@@ -154,6 +163,10 @@ func (r *Router) Policy() string { return r.cfg.Policy }
 // Close stops the background prober and waits for it. Later Picks fail with
 // ErrClosed. Close is idempotent.
 func (r *Router) Close() error {
+	if r.cfg.Manual {
+		r.manualMu.Lock() // the Round under way, if any, ends first
+		defer r.manualMu.Unlock()
+	}
 	if r.closed.Swap(true) {
 		return nil
 	}
@@ -162,8 +175,13 @@ func (r *Router) Close() error {
 	return nil
 }
 
-// Refresh asks for an immediate probe round without waiting for it.
+// Refresh asks for an immediate probe round without waiting for it; under
+// Config.Manual, that the next Round probe every member (RoundPending).
 func (r *Router) Refresh() {
+	if r.cfg.Manual {
+		r.manualForced.Store(true)
+		return
+	}
 	select {
 	case r.refreshc <- struct{}{}:
 	default:

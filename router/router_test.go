@@ -3,10 +3,13 @@ package router
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/oproute/oproute/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -71,5 +74,90 @@ func TestStatsReportHybridVariants(t *testing.T) {
 		if tc.hedge && (!st.Hedge.Enabled || st.Hedge.Quantile == 0) {
 			t.Errorf("%s: hedge %+v, want enabled with its defaults", tc.policy, *st.Hedge)
 		}
+	}
+}
+
+// Under Config.Manual the router probes only when the caller runs a
+// Round, on the caller's clock: a simulator's virtual time.
+func TestManualRounds(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1e9, 0)}
+	cluster := &fakeCluster{leader: "m1", term: 1}
+	r, err := New(Config{Members: members(3), Prober: cluster, Clock: clock, Manual: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Home(); ok {
+		t.Fatal("leader known before the first Round")
+	}
+	if err := r.Round(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if l, ok := r.Home(); !ok || l != 1 {
+		t.Fatalf("leader m%d (%v) after the first Round, want m1", l, ok)
+	}
+	p, err := r.Pick(t.Context(), Write)
+	if err != nil || p.Index != 1 {
+		t.Fatalf("write to m%d (%v), want the leader m1", p.Index, err)
+	}
+	p.Done(OK)
+	cluster.set("m2", 2)
+	r.Refresh() // forces the next Round's probes
+	if err := r.Round(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := r.Home(); l != 2 {
+		t.Fatalf("leader m%d after the move and a forced Round, want m2", l)
+	}
+	r.Close()
+	if err := r.Round(t.Context()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Round after Close: %v, want ErrClosed", err)
+	}
+	// Close waits for a Round under way, and no probe runs after it.
+	release := make(chan struct{})
+	var probes, after atomic.Int32
+	var closed atomic.Bool
+	blocking := ProberFunc(func(ctx context.Context, m Member) (ProbeResult, error) {
+		probes.Add(1)
+		if closed.Load() {
+			after.Add(1)
+		}
+		<-release
+		return cluster.Probe(ctx, m)
+	})
+	r2, err := New(Config{Members: members(3), Prober: blocking, Clock: clock, Manual: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundDone := make(chan error, 1)
+	go func() { roundDone <- r2.Round(context.Background()) }()
+	testutil.Poll(t, 5*time.Second, "the round's probes under way", func() bool { return probes.Load() == 3 })
+	closeDone := make(chan struct{})
+	go func() { r2.Close(); closed.Store(true); close(closeDone) }()
+	select {
+	case <-closeDone:
+		t.Fatal("Close returned while a Round was under way")
+	case <-time.After(50 * time.Millisecond): // a window for a wrong early return, not synchronisation
+	}
+	close(release)
+	<-closeDone
+	if err := <-roundDone; err != nil {
+		t.Fatalf("the Round under way at Close: %v", err)
+	}
+	if after.Load() > 0 {
+		t.Fatalf("%d probes after Close", after.Load())
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	r3, err := New(Config{Members: members(3), Prober: cluster, Clock: clock, Manual: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r3.Close()
+	if err := r3.Round(cancelled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Round with a cancelled context: %v, want context.Canceled", err)
+	}
+	bg := newTestRouter(t, Config{})
+	if err := bg.Round(t.Context()); !errors.Is(err, ErrNotManual) {
+		t.Fatalf("Round on a router that probes in the background: %v, want ErrNotManual", err)
 	}
 }

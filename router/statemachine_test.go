@@ -92,7 +92,9 @@ func newMachine(t *rapid.T) *machine {
 		m.model[mem.ID] = &modelMember{rtt: time.Millisecond, read: time.Millisecond}
 	}
 	m.leader = ms[0].ID
-	cfg := Config{Members: ms, Prober: m, Clock: m.clock, Policy: policy, ProbeInterval: 250 * time.Millisecond, Seed: 7, ClientZone: "a"}
+	// Manual: the steps drive every round, so that a sequence replays
+	// exactly.
+	cfg := Config{Members: ms, Prober: m, Clock: m.clock, Policy: policy, ProbeInterval: 250 * time.Millisecond, Seed: 7, ClientZone: "a", Manual: true}
 	if rapid.Bool().Draw(t, "cadence off") {
 		cfg.StableProbeInterval = cfg.ProbeInterval
 	}
@@ -105,11 +107,12 @@ func newMachine(t *rapid.T) *machine {
 		t.Fatal(err)
 	}
 	m.r, m.hedging = r, r.hedge != nil
-	// Once the first round is in, the background loop stops: the steps
-	// drive every round, so that a sequence replays exactly.
-	testutil.Poll(t, 5*time.Second, "the first probe round", func() bool { return r.rounds.Load() > 0 })
-	r.cancel()
-	<-r.done
+	if !r.RoundPending() {
+		t.Fatal("a manual router's first round is not asked for")
+	}
+	if err := r.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		for _, p := range m.picks {
 			p.Done(NotSent)
@@ -244,7 +247,13 @@ func (m *machine) probeRound(t *rapid.T, forced bool) {
 		readmitted[i] = h.readmissions
 	}
 	m.r.mu.Unlock()
-	m.r.round(context.Background(), forced)
+	if forced {
+		m.r.Refresh()
+	}
+	forced = m.r.RoundPending() // asked for by the step, or by evidence (Unsettle)
+	if err := m.r.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	m.mu.Lock()
 	probed, who := m.probes > before, slices.Clone(m.probed)
 	m.mu.Unlock()

@@ -168,6 +168,9 @@ var (
 	ErrUnknownPolicy = errors.New("router: unknown policy")
 	// ErrUnknownMember: a per-call override names a member the router does not have.
 	ErrUnknownMember = errors.New("router: unknown member")
+	// ErrNotManual: Round was called on a router that probes in the
+	// background (Config.Manual unset).
+	ErrNotManual = errors.New("router: rounds run in the background (Config.Manual unset)")
 	// ErrClosed: the router was closed.
 	ErrClosed = errors.New("router: closed")
 	// ErrUnreachable: no member answered (backends return it when a
