@@ -49,12 +49,14 @@ func withBudgets(be Backend, b testbed.CPUBudgets) Backend {
 const (
 	CPUModeBudgets = "budgets"
 	CPUModeShared  = "shared cores"
+	// CPUModeSimulated: routebench --sim, no CPU measured.
+	CPUModeSimulated = "simulated"
 )
 
 // CPUModeName is the short name of a CPUMode line: CPUModeBudgets or
 // CPUModeShared; "" for none (a cluster not on the test bed).
 func CPUModeName(mode string) string {
-	for _, n := range []string{CPUModeBudgets, CPUModeShared} {
+	for _, n := range []string{CPUModeBudgets, CPUModeShared, CPUModeSimulated} {
 		if strings.HasPrefix(mode, "CPU: "+n) {
 			return n
 		}
@@ -66,6 +68,13 @@ func CPUModeName(mode string) string {
 // CPU: each member's budget and the client's, or shared cores and what
 // that changes. clientCPU is the client process's budget, 0 unconfined.
 func CPUMode(be Backend, nodes int, clientCPU float64) string {
+	if sb, ok := be.(simBackend); ok {
+		capacity := "one core each"
+		if sb.cores != nil {
+			capacity = fmt.Sprintf("%v cores", sb.cores)
+		}
+		return fmt.Sprintf("CPU: "+CPUModeSimulated+" %s (package sim, costs not calibrated: %+v): each member one FIFO CPU in virtual time, %s; no client or server CPU is measured.", sb.store, sb.costs, capacity)
+	}
 	b := BudgetsOf(be)
 	cpus := runtime.NumCPU()
 	if !b.Confined() {

@@ -152,17 +152,28 @@ type plannedScenario struct {
 	trials   int
 	workload Workload
 	backend  Backend
+	notes    []string // the plan's, added to each comparison's
 }
 
 // plan resolves a scenario against the options.
 func (r *Runner) plan(name string) (plannedScenario, error) {
 	def := scenarioDefs(layoutOf(r.opts.Topology))[name]
 	ps := plannedScenario{def: def, nodes: r.opts.Nodes, policies: def.policies, baseline: def.baseline, variants: def.variants, trials: r.opts.Trials, workload: r.opts.Workload, backend: r.opts.Backend}
-	if def.backend != "" && def.backend != r.opts.Backend.Name() {
-		if len(r.opts.Endpoints) > 0 {
+	sb, simulating := r.opts.Backend.(simBackend)
+	if def.backend != "" && def.backend != storeOf(r.opts.Backend) {
+		switch {
+		case len(r.opts.Endpoints) > 0:
 			return ps, fmt.Errorf("scenario %s runs on %s, not on the %s cluster given", name, def.backend, r.opts.Backend.Name())
+		case simulating:
+			ps.backend = simBackend{costs: sb.costs, store: def.backend}
+		default:
+			ps.backend = withBudgets(builtinBackends[def.backend], BudgetsOf(r.opts.Backend))
 		}
-		ps.backend = withBudgets(builtinBackends[def.backend], BudgetsOf(r.opts.Backend))
+	}
+	if simulating {
+		if err := simulatedPlan(&ps); err != nil {
+			return ps, fmt.Errorf("scenario %s: %w", name, err)
+		}
 	}
 	if def.fixedNodes {
 		ps.nodes = def.nodes
@@ -182,13 +193,13 @@ func (r *Runner) plan(name string) (plannedScenario, error) {
 			return ps, fmt.Errorf("scenario %s: %w", name, ErrNeedsTestbed)
 		}
 	}
-	if ps.backend.Name() == "zk" && ps.workload.RangeSize > 1 {
+	if storeOf(ps.backend) == "zk" && ps.workload.RangeSize > 1 {
 		return ps, fmt.Errorf("scenario %s: %w (--range-size %d)", name, ErrNoRanges, ps.workload.RangeSize)
 	}
 	if len(r.opts.Policies) > 0 {
 		ps.policies, ps.baseline = r.opts.Policies, r.opts.Policies[0]
 	}
-	if ps.backend.Name() != "etcd" && slices.ContainsFunc(ps.policies, stockPolicy) {
+	if storeOf(ps.backend) != "etcd" && slices.ContainsFunc(ps.policies, stockPolicy) {
 		r.opts.Logf("scenario %s: dropping %s and %s, etcd's baselines (ZooKeeper's stock client is sticky)", name, Stock, Pinned)
 		ps.policies = slices.DeleteFunc(slices.Clone(ps.policies), stockPolicy)
 		if stockPolicy(ps.baseline) && len(ps.policies) > 0 {
@@ -199,10 +210,15 @@ func (r *Runner) plan(name string) (plannedScenario, error) {
 		r.opts.Logf("scenario %s: dropping %s, which needs the test bed", name, Oracle)
 		ps.policies = slices.DeleteFunc(slices.Clone(ps.policies), func(p string) bool { return p == Oracle })
 	}
+	if simulating {
+		if err := simulable(&ps, r.opts.Logf); err != nil {
+			return ps, fmt.Errorf("scenario %s: %w", name, err)
+		}
+	}
 	// Flags the user set win over the scenario's variants.
 	var kept []variant
 	for _, v := range ps.variants {
-		if ps.backend.Name() == "zk" {
+		if storeOf(ps.backend) == "zk" {
 			w := ps.workload
 			v.apply(&w)
 			if w.RangeSize > 1 {
@@ -304,7 +320,11 @@ func (r *Runner) cluster(ctx context.Context, be Backend, nodes int) (Cluster, e
 		if r.opts.Topology != nil {
 			topo = *r.opts.Topology
 		}
-		r.opts.Logf("starting a %d-member %s cluster on the test bed (zones %v)", nodes, be.Name(), topo.Zones)
+		if _, ok := be.(simBackend); ok {
+			r.opts.Logf("simulating a %d-member cluster in virtual time (zones %v)", nodes, topo.Zones)
+		} else {
+			r.opts.Logf("starting a %d-member %s cluster on the test bed (zones %v)", nodes, be.Name(), topo.Zones)
+		}
 		c, err = be.Start(ctx, topo)
 	}
 	if err != nil {
@@ -404,6 +424,9 @@ func (r *Runner) runScenario(ctx context.Context, ps plannedScenario) ([]*Compar
 			if cl, err = r.cluster(ctx, ps.backend, ps.nodes); err != nil {
 				return comps, err
 			}
+			if _, sim := ps.backend.(simBackend); sim != isSimulated(cl) {
+				return comps, fmt.Errorf("scenario %s: a %s cluster for backend %s", ps.def.name, cl.Endpoints(), ps.backend.Name())
+			}
 			if ps.def.prepare != nil {
 				if err := ps.def.prepare(ctx, cl); err != nil {
 					return comps, err
@@ -420,6 +443,7 @@ func (r *Runner) runScenario(ctx context.Context, ps plannedScenario) ([]*Compar
 		}
 		comp := &Comparison{Scenario: ps.def.name, Variant: v.label, Section: ps.def.section, Baseline: ps.baseline,
 			Policies: ps.policies, Metrics: ps.def.metrics(ps.nodes), Trials: map[string][]Result{}, Notes: slices.Clone(ps.def.notes), Topology: r.opts.TopologyName}
+		comp.Notes = append(comp.Notes, ps.notes...)
 		if len(r.opts.Endpoints) == 0 {
 			comp.CPU = CPUMode(ps.backend, ps.nodes, r.opts.ClientCPU)
 		}
@@ -439,19 +463,21 @@ func (r *Runner) finished(c *Comparison) {
 }
 
 func (r *Runner) runVariant(ctx context.Context, cl Cluster, ps plannedScenario, w Workload, comp *Comparison) error {
-	// Preload the key space once per variant with the variant's value size.
-	loader, err := cl.Connect(ctx, router.Hybrid, w.ConnsPerMember)
-	if err != nil {
-		return err
-	}
-	err = preload(ctx, loader, w)
-	loader.Close()
-	if err != nil {
-		return err
+	if !isSimulated(cl) {
+		// Preload the key space once per variant with the variant's value size.
+		loader, err := cl.Connect(ctx, router.Hybrid, w.ConnsPerMember)
+		if err != nil {
+			return err
+		}
+		err = preload(ctx, loader, w)
+		loader.Close()
+		if err != nil {
+			return err
+		}
 	}
 	for trial := range ps.trials {
 		// Rotate the order so that no policy always runs first.
-		order := slices.Clone(ps.policies)
+		order := slices.Clone(comp.Policies)
 		k := trial % len(order)
 		order = append(order[k:], order[:k]...)
 		for _, policy := range order {
@@ -468,6 +494,15 @@ func (r *Runner) runVariant(ctx context.Context, cl Cluster, ps plannedScenario,
 }
 
 func (r *Runner) runOne(ctx context.Context, cl Cluster, ps plannedScenario, w Workload, variant, policy string, trial int) (Result, error) {
+	if sc, _ := cl.(*simCluster); sc != nil {
+		if r.opts.Progress != nil {
+			r.opts.Progress.Start(fmt.Sprintf("%s · %s · %s · trial %d/%d (simulated)", ps.def.name, variant, policy, trial+1, ps.trials), w.Warmup+w.Duration)
+			defer r.opts.Progress.Finish()
+		}
+		res, err := sc.Simulate(ctx, policy, w, trial)
+		res.Scenario, res.Backend, res.Policy, res.Trial, res.Variant = ps.def.name, ps.backend.Name(), policy, trial+1, variant
+		return res, err
+	}
 	if err := r.settle(ctx, cl); err != nil {
 		return Result{}, err
 	}

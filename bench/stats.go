@@ -72,12 +72,12 @@ var (
 	WriteP99   = Metric{Name: "Write P99 (ms)", Decimals: 2, Get: func(r Result) float64 { return r.WriteP99ms }}
 	Throughput = Metric{Name: "Tput (ops/s)", Decimals: 0, Get: func(r Result) float64 { return r.ThroughputOps }}
 	Errors     = Metric{Name: "Errors", Decimals: 0, Get: func(r Result) float64 { return float64(r.Errors) }}
-	ClientCPU  = Metric{Name: "Client CPU (cores)", Decimals: 2, Get: func(r Result) float64 { return r.ClientCPU }}
-	ServerCPU  = Metric{Name: "Server CPU (cores)", Decimals: 2, Get: func(r Result) float64 { return r.ServerCPU }}
+	ClientCPU  = Metric{Name: "Client CPU (cores)", Decimals: 2, Get: func(r Result) float64 { return measuredCPU(r, r.ClientCPU) }}
+	ServerCPU  = Metric{Name: "Server CPU (cores)", Decimals: 2, Get: func(r Result) float64 { return measuredCPU(r, r.ServerCPU) }}
 	// CPU per operation: what a paced workload compares (its throughput
 	// is fixed, so cores alone would hide nothing, but per op is exact).
-	ClientCPUPerOp = Metric{Name: "Client CPU (µs/op)", Decimals: 1, Get: func(r Result) float64 { return perOp(r.ClientCPU, r.ThroughputOps) }}
-	ServerCPUPerOp = Metric{Name: "Server CPU (µs/op)", Decimals: 1, Get: func(r Result) float64 { return perOp(r.ServerCPU, r.ThroughputOps) }}
+	ClientCPUPerOp = Metric{Name: "Client CPU (µs/op)", Decimals: 1, Get: func(r Result) float64 { return perOp(measuredCPU(r, r.ClientCPU), r.ThroughputOps) }}
+	ServerCPUPerOp = Metric{Name: "Server CPU (µs/op)", Decimals: 1, Get: func(r Result) float64 { return perOp(measuredCPU(r, r.ServerCPU), r.ThroughputOps) }}
 )
 
 // Bytes that crossed zones through the test bed's proxies (TCP payload,
@@ -89,6 +89,15 @@ var (
 	ClientCrossZoneBytesPerOp = trafficPerOp("Client cross-zone (B/op)", func(t Traffic) uint64 { return t.ClientCrossZone })
 	PeerCrossZoneBytesPerOp   = trafficPerOp("Peer cross-zone (B/op)", func(t Traffic) uint64 { return t.PeerCrossZone })
 )
+
+// measuredCPU is cores, or NaN (–) for a simulated trial, which measures
+// no CPU.
+func measuredCPU(r Result, cores float64) float64 {
+	if CPUModeName(r.CPUMode) == CPUModeSimulated {
+		return math.NaN()
+	}
+	return cores
+}
 
 func trafficPerOp(name string, bytes func(Traffic) uint64) Metric {
 	return Metric{Name: name, Decimals: 0, Get: func(r Result) float64 {

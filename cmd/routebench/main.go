@@ -64,6 +64,7 @@ func run() error {
 	clientCPU := fs.String("client-cpu", auto, "cores the client process may use (cgroup quota) while members have budgets; 0: unconfined; auto: what the members' budgets leave of the host, at least 0.5")
 	nodes := fs.Int("nodes", 3, "members, for scenarios without a fixed size (3 or 5)")
 	topoFile := fs.String("topology", "", "three-zones (each member in a zone of its own: client and m0 in a, the leader m1 in b, m2 in c), or a JSON topology file (zones, one-way delays), replacing the default")
+	simulate := fs.Bool("sim", false, "simulate the cluster in virtual time on the real router (package sim; its costs are not calibrated yet: docs/simulator.md) instead of the test bed; scenarios with faults are refused")
 	endpoints := fs.String("endpoints", "", "comma-separated endpoints of an existing cluster instead of the test bed (no fault injection)")
 	fleetRows := fs.String("fleet-rows", "", "fleet scenario rows, comma-separated (default all): idle-100, idle-500, streams-100, writes-100, failover-50, move-50")
 	out := fs.String("out", "", "directory for tables.md, results.json, results.csv and PNG figures")
@@ -101,7 +102,10 @@ func run() error {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
 	names := strings.Split(*scenario, ",")
-	setups, grid := setupsFor(names, set, setup{*topoFile, *memberCPU, *clientCPU}, *endpoints != "")
+	if *simulate && (set["member-cpu"] || set["client-cpu"] || *endpoints != "" || *scenario == bench.ScenarioFleet) {
+		return fmt.Errorf("--sim simulates its cluster and clients: no --member-cpu, --client-cpu, --endpoints or fleet scenario")
+	}
+	setups, grid := setupsFor(names, set, setup{*topoFile, *memberCPU, *clientCPU, *simulate}, *endpoints != "")
 	if grid {
 		// Said at once: what the grid changes of what the user asked.
 		if others := slices.DeleteFunc(slices.Clone(names), bench.SpansGrid); len(others) > 0 {
@@ -143,7 +147,7 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		if grid && s.memberCPU == auto && !bench.BudgetsOf(opts.Backend).Confined() {
+		if grid && !s.simulated && s.memberCPU == auto && !bench.BudgetsOf(opts.Backend).Confined() {
 			if i == 0 {
 				logf("the grid runs on shared cores only: members cannot have budgets here")
 			}
@@ -243,6 +247,7 @@ func withUnreached(cs, measured []*bench.Comparison) []*bench.Comparison {
 // --member-cpu and --client-cpu.
 type setup struct {
 	topology, memberCPU, clientCPU string
+	simulated                      bool // --sim: no CPU modes
 }
 
 // setupsFor is where the scenarios run: the dominance grid on every
@@ -254,9 +259,12 @@ func setupsFor(names []string, set map[string]bool, flags setup, external bool) 
 	if set["topology"] || set["member-cpu"] || external || !slices.ContainsFunc(names, bench.SpansGrid) {
 		return []setup{flags}, false
 	}
+	if flags.simulated { // one CPU model: the layouts only
+		return []setup{{"", flags.memberCPU, flags.clientCPU, true}, {threeZones, flags.memberCPU, flags.clientCPU, true}}, true
+	}
 	// --client-cpu is for the budgets: on shared cores the client runs
 	// unconfined.
-	return []setup{{"", auto, flags.clientCPU}, {"", "0", auto}, {threeZones, auto, flags.clientCPU}, {threeZones, "0", auto}}, true
+	return []setup{{"", auto, flags.clientCPU, false}, {"", "0", auto, false}, {threeZones, auto, flags.clientCPU, false}, {threeZones, "0", auto, false}}, true
 }
 
 // options completes base for s: the topology, the CPU budgets and the
@@ -277,6 +285,18 @@ func (s setup) options(base bench.Options, backend string) (bench.Options, error
 			return opts, err
 		}
 		opts.Topology, opts.TopologyName = &topo, strings.TrimSuffix(filepath.Base(s.topology), filepath.Ext(s.topology))
+	}
+	if s.simulated {
+		if len(opts.Endpoints) > 0 {
+			return opts, fmt.Errorf("--sim simulates its cluster: no --endpoints")
+		}
+		switch backend {
+		case "etcd", "zk":
+			var err error
+			opts.Backend, err = bench.SimBackend(bench.SimCosts(), backend)
+			return opts, err
+		}
+		return opts, fmt.Errorf("unknown backend %q (want etcd or zk)", backend)
 	}
 	size := opts.Nodes // scenarios of a fixed size say their own budgets in their tables
 	if opts.Topology != nil {
@@ -339,6 +359,12 @@ func headerText(opts bench.Options, scenario string) string {
 		leader := "whoever wins the election"
 		if topo.Leader >= 0 {
 			leader = fmt.Sprintf("m%d (zone %s), moved back before every trial", topo.Leader, topo.Zones[topo.Leader])
+		}
+		if opts.Backend.Name() == "sim" {
+			fmt.Fprintf(&b, "cluster: simulated in virtual time on the real router (docs/simulator.md), zones %v, client in zone %s, one-way %v in a zone and %v across (±%.0f%% jitter), peer links alike; leader m%d\n",
+				topo.Zones, topo.ClientZone, time.Duration(topo.SameZone), time.Duration(topo.CrossZone), 100*topo.Jitter, max(topo.Leader, 0))
+			fmt.Fprintf(&b, "%s\n", bench.CPUMode(opts.Backend, opts.Nodes, opts.ClientCPU))
+			return b.String()
 		}
 		fmt.Fprintf(&b, "cluster: test bed on 127.0.0.1, zones %v, client in zone %s, one-way %v in a zone and %v across (±%.0f%% jitter), peer links shaped alike; each member its own process; leader %s\n",
 			topo.Zones, topo.ClientZone, time.Duration(topo.SameZone), time.Duration(topo.CrossZone), 100*topo.Jitter, leader)
