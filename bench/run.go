@@ -248,14 +248,10 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 		out.events = append(out.events, lg.events...)
 	}
 	slices.SortFunc(out.events, func(a, b writeEvent) int { return a.at.Compare(b.at) })
-	slices.Sort(reads)
-	slices.Sort(writes)
 	r.Workers = w.Workers
 	r.Workload = &w
-	r.Reads, r.Writes = int64(len(reads)), int64(len(writes))
+	r.setLatencies(reads, writes)
 	r.ThroughputOps = float64(len(reads)+len(writes)) / elapsed.Seconds()
-	r.ReadP50ms, r.ReadP90ms, r.ReadP99ms, r.ReadP999ms = ms(percentile(reads, 50)), ms(percentile(reads, 90)), ms(percentile(reads, 99)), ms(percentile(reads, 99.9))
-	r.WriteP50ms, r.WriteP90ms, r.WriteP99ms, r.WriteP999ms = ms(percentile(writes, 50)), ms(percentile(writes, 90)), ms(percentile(writes, 99)), ms(percentile(writes, 99.9))
 	for i := range statsAfter.Members {
 		a, b := statsAfter.Members[i], statsBefore.Members[i]
 		r.ReadsByMember = append(r.ReadsByMember, a.Reads()-b.Reads())
@@ -319,6 +315,16 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// setLatencies sorts reads and writes and sets r's counts and
+// percentiles from them.
+func (r *Result) setLatencies(reads, writes []time.Duration) {
+	slices.Sort(reads)
+	slices.Sort(writes)
+	r.Reads, r.Writes = int64(len(reads)), int64(len(writes))
+	r.ReadP50ms, r.ReadP90ms, r.ReadP99ms, r.ReadP999ms = ms(percentile(reads, 50)), ms(percentile(reads, 90)), ms(percentile(reads, 99)), ms(percentile(reads, 99.9))
+	r.WriteP50ms, r.WriteP90ms, r.WriteP99ms, r.WriteP999ms = ms(percentile(writes, 50)), ms(percentile(writes, 90)), ms(percentile(writes, 99)), ms(percentile(writes, 99.9))
+}
 
 // percentile returns the p-th percentile of sorted samples by the
 // nearest-rank method (exact: every sample is kept), 0 when empty.

@@ -154,16 +154,8 @@ func (c *simCluster) Simulate(ctx context.Context, policy string, w Workload, tr
 	if err != nil {
 		return Result{}, err
 	}
-	reads, writes := slices.Clone(out.Reads), slices.Clone(out.Writes)
-	slices.Sort(reads)
-	slices.Sort(writes)
-	res := Result{
-		Workers:   w.Workers,
-		ReadP50ms: ms(percentile(reads, 50)), ReadP90ms: ms(percentile(reads, 90)), ReadP99ms: ms(percentile(reads, 99)), ReadP999ms: ms(percentile(reads, 99.9)),
-		WriteP50ms: ms(percentile(writes, 50)), WriteP90ms: ms(percentile(writes, 90)), WriteP99ms: ms(percentile(writes, 99)), WriteP999ms: ms(percentile(writes, 99.9)),
-		ThroughputOps: out.Throughput(), Reads: int64(len(reads)), Writes: int64(len(writes)), Errors: int64(out.Errors),
-		Workload: &w,
-	}
+	res := Result{Workers: w.Workers, ThroughputOps: out.Throughput(), Errors: int64(out.Errors), Workload: &w}
+	res.setLatencies(out.Reads, out.Writes)
 	for i := range out.Served {
 		res.ReadsByMember = append(res.ReadsByMember, uint64(out.ServedReads[i]))
 		res.WritesByMember = append(res.WritesByMember, uint64(out.Served[i]-out.ServedReads[i]))

@@ -176,7 +176,6 @@ func (s *world) resetBy(i int) {
 				t = s.now + s.hop(i, o.p.Index) + s.hop(o.p.Index, client)
 			}
 			s.fail(k, o, t, router.MemberFault)
-			o.path = nil
 		}
 	}
 }
@@ -406,7 +405,6 @@ func (s *world) run(ctx context.Context, w Workload) (Result, error) {
 		if s.leader < 0 || s.down[p.Index] {
 			// Refused by a killed member, or no leader to serve it: the
 			// error comes back after a round trip.
-			o.path = nil
 			s.fail(k, o, s.now+s.hop(client, p.Index)+s.hop(p.Index, client), router.MemberFault)
 			return nil
 		}

@@ -126,9 +126,10 @@ func (s *world) deposed(o *operation, st step) bool {
 }
 
 // fail ends worker k's operation at t with outcome: its events under
-// way are left to lapse.
+// way are left to lapse, and its path is dropped (a kill skips it).
 func (s *world) fail(k int, o *operation, t time.Duration, outcome router.Outcome) {
 	o.gen++
+	o.path = nil
 	s.at(t, event{worker: int32(k), kind: failed, member: int16(outcome), gen: o.gen})
 }
 
@@ -141,7 +142,6 @@ func (s *world) refused(k int, o *operation) {
 		t += s.hop(st.src, client)
 	}
 	s.fail(k, o, t, router.MemberFault)
-	o.path = nil
 }
 
 // handle runs event e of worker k's operation; true when the operation

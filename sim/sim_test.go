@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/router"
 )
 
@@ -33,12 +34,6 @@ func twoZones() Cluster {
 			return Link{Delay: time.Millisecond, Jitter: 100 * time.Microsecond}
 		},
 	}
-}
-
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 // The same seed gives the same run, latency for latency and event for
@@ -186,10 +181,10 @@ func TestRoutedByTheRouter(t *testing.T) {
 	if got := lo.Served[0]; got != len(lo.Reads)+len(lo.Writes) {
 		t.Fatalf("leader_only: the leader served %d of %d operations", got, len(lo.Reads)+len(lo.Writes))
 	}
-	if m := median(lo.Reads); m < 550*time.Microsecond || m > 650*time.Microsecond {
+	if m := testutil.Quantile(lo.Reads, 0.5); m < 550*time.Microsecond || m > 650*time.Microsecond {
 		t.Fatalf("leader_only read P50 %v, want 0.6 ms ± jitter", m)
 	}
-	if a, b := median(lo.Reads), median(hy.Reads); a >= b {
+	if a, b := testutil.Quantile(lo.Reads, 0.5), testutil.Quantile(hy.Reads, 0.5); a >= b {
 		t.Fatalf("read P50 leader_only %v, hybrid %v: a follower's read should cost its round trip to the leader", a, b)
 	}
 	for i, n := range hy.Served {
@@ -395,7 +390,7 @@ func TestPaced(t *testing.T) {
 	if got := slow.Throughput(); got < 990 || got > 1010 {
 		t.Fatalf("paced at 1,000 ops/s: %.0f ops/s", got)
 	}
-	if m := median(slow.Reads); m > 800*time.Microsecond {
+	if m := testutil.Quantile(slow.Reads, 0.5); m > 800*time.Microsecond {
 		t.Fatalf("paced at 1,000 ops/s, a fifth of capacity: read P50 %v, want a service time (0.6 ms and CPU)", m)
 	}
 	closed, err := Run(t.Context(), router.Config{Policy: router.LeaderOnly}, twoZones(), Workload{Workers: 8, ReadRatio: 0.8, Duration: 20 * time.Second, WarmupTime: 2 * time.Second}, 1)
@@ -405,7 +400,7 @@ func TestPaced(t *testing.T) {
 	if fast := run(1e6); fast.Throughput() < 0.97*closed.Throughput() || fast.Throughput() > 1.03*closed.Throughput() {
 		t.Fatalf("paced far past capacity: %.0f ops/s, closed-loop %.0f", fast.Throughput(), closed.Throughput())
 	}
-	t.Logf("paced 1,000/s: %.0f ops/s, read P50 %v; closed-loop %.0f ops/s", slow.Throughput(), median(slow.Reads), closed.Throughput())
+	t.Logf("paced 1,000/s: %.0f ops/s, read P50 %v; closed-loop %.0f ops/s", slow.Throughput(), testutil.Quantile(slow.Reads, 0.5), closed.Throughput())
 }
 
 // The leader killed under load: its operations fail at once, writes fail
