@@ -34,6 +34,15 @@ func BudgetsOf(be Backend) testbed.CPUBudgets {
 	return testbed.CPUBudgets{}
 }
 
+// WithProxiesApart returns be with its members' proxies billed apart from
+// their budgets (testbed.CPUBudgets.ProxiesApart), when it is a test-bed
+// backend.
+func WithProxiesApart(be Backend) Backend {
+	b := BudgetsOf(be)
+	b.ProxiesApart = true
+	return withBudgets(be, b)
+}
+
 // withBudgets returns be with budgets b, when it is a test-bed backend.
 func withBudgets(be Backend, b testbed.CPUBudgets) Backend {
 	switch be.(type) {
@@ -88,6 +97,10 @@ func CPUMode(be Backend, nodes int, clientCPU float64) string {
 	if clientCPU > 0 {
 		client = fmt.Sprintf("the client %.3g", clientCPU)
 	}
-	return fmt.Sprintf("CPU: "+CPUModeBudgets+" (cgroup quotas) of %s cores for members m0…m%d, proxies included, and %s, on a host of %d CPUs: as if each ran on a machine of its own.",
-		strings.Join(each, " / "), nodes-1, client, cpus)
+	proxies := "proxies included"
+	if b.ProxiesApart {
+		proxies = "their proxies apart on the host's shared cores, as a kernel's network would be"
+	}
+	return fmt.Sprintf("CPU: "+CPUModeBudgets+" (cgroup quotas) of %s cores for members m0…m%d, %s, and %s, on a host of %d CPUs: as if each ran on a machine of its own.",
+		strings.Join(each, " / "), nodes-1, proxies, client, cpus)
 }

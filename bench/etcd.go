@@ -129,11 +129,18 @@ func (c *etcdCluster) ServerCPU() []time.Duration {
 	if c.tb == nil {
 		return nil
 	}
-	out := make([]time.Duration, c.tb.Size())
-	for i := range out {
-		out[i] = c.tb.Member(i).CPUTime()
+	members, _ := c.tb.CPUTimes()
+	return members
+}
+
+// ProxyCPU is the part of ServerCPU the members' proxies used apart from
+// their servers' processes.
+func (c *etcdCluster) ProxyCPU() []time.Duration {
+	if c.tb == nil {
+		return nil
 	}
-	return out
+	_, proxies := c.tb.CPUTimes()
+	return proxies
 }
 
 func (c *etcdCluster) Traffic() (testbed.TrafficCounts, error) {

@@ -181,7 +181,7 @@ func (r *Runner) plan(name string) (plannedScenario, error) {
 	if def.memberCPUs != nil && len(r.opts.Endpoints) == 0 {
 		// The scenario's own budgets, unless the user gave members theirs.
 		if e, ok := ps.backend.(Etcd); ok && e.MemberCPU == 0 && e.MemberCPUs == nil {
-			ps.backend = Etcd{CPUBudgets: testbed.CPUBudgets{MemberCPUs: def.memberCPUs}}
+			ps.backend = Etcd{CPUBudgets: testbed.CPUBudgets{MemberCPUs: def.memberCPUs, ProxiesApart: e.ProxiesApart}}
 		}
 	}
 	if r.opts.Topology != nil {

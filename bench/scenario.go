@@ -539,6 +539,7 @@ func Describe() string {
 		fmt.Fprintf(&b, "  %-12s %s (not in all)\n", n, defs[n].desc)
 	}
 	fmt.Fprintf(&b, "  %-12s what a fleet of clients costs the cluster (probes, members' CPU) and its failover; alone\n", ScenarioFleet)
+	fmt.Fprintf(&b, "  %-12s CPU per operation by class (writes at the leader and through a follower, reads at each, per KiB served) and component (leader, followers, proxies); alone, test bed only\n", ScenarioCosts)
 	return b.String()
 }
 

@@ -146,17 +146,18 @@ func (c *zkCluster) ServerCPU() []time.Duration {
 	if c.tb == nil {
 		return nil
 	}
-	out := make([]time.Duration, c.tb.Size())
-	for i := range out {
-		s := c.tb.Server(i)
-		for _, pid := range []int{s.PID(), s.ProxyPID()} {
-			if pid != 0 {
-				d, _ := testbed.ProcessCPU(pid)
-				out[i] += d
-			}
-		}
+	members, _ := c.tb.CPUTimes()
+	return members
+}
+
+// ProxyCPU is the part of ServerCPU the members' proxies used apart from
+// their servers' processes.
+func (c *zkCluster) ProxyCPU() []time.Duration {
+	if c.tb == nil {
+		return nil
 	}
-	return out
+	_, proxies := c.tb.CPUTimes()
+	return proxies
 }
 
 func (c *zkCluster) Traffic() (testbed.TrafficCounts, error) {

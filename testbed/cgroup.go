@@ -18,10 +18,10 @@ import (
 var ErrNoCPULimit = errors.New("testbed: no writable cgroup cpu controller")
 
 // CPUBudgets give members CPU budgets (cgroup quotas, each member's proxies
-// included), as if each ran on a machine of its own; the zero value leaves
-// them unconfined, sharing the host's cores. A cluster with budgets fails
-// to start with ErrNoCPULimit where cgroups cannot be written
-// (CPULimitAvailable says beforehand).
+// included unless ProxiesApart), as if each ran on a machine of its own;
+// the zero value leaves them unconfined, sharing the host's cores. A
+// cluster with budgets fails to start with ErrNoCPULimit where cgroups
+// cannot be written (CPULimitAvailable says beforehand).
 type CPUBudgets struct {
 	// MemberCPUs gives each member its own budget, in member order:
 	// members of unequal capacity, as on machines of different sizes. A
@@ -35,6 +35,15 @@ type CPUBudgets struct {
 	// one (members added later get the same): a budget for the host's
 	// members that suits any cluster size.
 	ClusterCPU float64
+	// ProxiesApart runs each member's proxies (the emulated network) in a
+	// process of their own outside its budget, sharing the host's cores,
+	// as a kernel's network stack serves a machine's traffic outside its
+	// processes' quotas. By default an etcd member hosts its proxies in its
+	// own process and a ZooKeeper server's proxy host joins its budget, so
+	// the emulated network costs the member as if it were its own work.
+	// Apart, a member's proxies keep running while it is killed or
+	// paused, and their CPU time is counted on its own (ProxyCPUTime).
+	ProxiesApart bool
 }
 
 // Budgets returns b; backends that embed CPUBudgets have it too.
@@ -81,17 +90,26 @@ func (l *memberLimits) grow(i int) error {
 	return nil
 }
 
-// confine moves process pid into member i's cgroup. A member without one
-// goes back to where the process was before ConfineSelf, if it was called:
-// it shares the host, not the clients' budget.
+// confine moves process pid into member i's cgroup. A member without one,
+// and i < 0, go back to where the process was before ConfineSelf, if it
+// was called: they share the host, not the clients' budget.
 func (l *memberLimits) confine(i, pid int) error {
-	if i >= len(l.limits) || l.limits[i] == nil {
+	if i < 0 || i >= len(l.limits) || l.limits[i] == nil {
 		if home := clientHome.Load(); home != nil {
 			return joinCgroup(*home, pid)
 		}
 		return nil
 	}
 	return l.limits[i].add(pid)
+}
+
+// confineProxies moves process pid, which hosts member i's proxies, into
+// member i's cgroup, or to the host's share with ProxiesApart.
+func (l *memberLimits) confineProxies(i, pid int) error {
+	if l.budgets.ProxiesApart {
+		return l.confine(-1, pid)
+	}
+	return l.confine(i, pid)
 }
 
 // clientHome is the cgroup the process left for ConfineSelf's, nil when
@@ -123,6 +141,15 @@ func (l *memberLimits) goEnv(i int, env []string) []string {
 		return append(env, fmt.Sprintf("GOMAXPROCS=%d", max(2, n)))
 	}
 	return env
+}
+
+// proxyEnv is goEnv for the process hosting member i's proxies: a host
+// apart from the member's budget finds its CPUs itself.
+func (l *memberLimits) proxyEnv(i int, env []string) []string {
+	if l.budgets.ProxiesApart {
+		return env
+	}
+	return l.goEnv(i, env)
 }
 
 // cores returns member i's budget, 0 when unconfined.

@@ -83,45 +83,59 @@ func budgetOfPID(t *testing.T, pid int) (string, float64) {
 
 // TestZKCPUBudgets: every process of a ZooKeeper server, its JVM and its
 // proxies, and a JVM started again after a kill, runs in that server's
-// cgroup with that server's quota; Close removes the cgroups.
+// cgroup with that server's quota; with ProxiesApart the proxies run on
+// the host's share instead. Close removes the cgroups.
 func TestZKCPUBudgets(t *testing.T) {
 	testutil.NeedsServers(t)
 	requireCPULimit(t)
-	c, err := StartZK(context.Background(), ZKOptions{CPUBudgets: CPUBudgets{MemberCPUs: []float64{0.3}, ClusterCPU: 1.2}})
+	home, err := cpuCgroupOf("self")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() }) // a failure midway leaves no JVM loading the CPU
-	want := []float64{0.3, 0.4, 0.4}
-	var dirs []string
-	check := func(i int) {
-		t.Helper()
-		s := c.Server(i)
-		jvm, jq := budgetOfPID(t, s.PID())
-		proxies, pq := budgetOfPID(t, s.ProxyPID())
-		if jvm != proxies || math.Abs(jq-want[i]) > 1e-9 || math.Abs(c.MemberCPU(i)-want[i]) > 1e-9 {
-			t.Errorf("z%d: JVM in %s (%.2f cores), proxies in %s (%.2f), MemberCPU %.2f; want both in one cgroup of %.2f cores",
-				i, jvm, jq, proxies, pq, c.MemberCPU(i), want[i])
-		}
-		dirs = append(dirs, jvm)
-	}
-	for i := range c.Size() {
-		check(i)
-	}
-	if err := c.Kill(2); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Restart(context.Background(), 2); err != nil {
-		t.Fatal(err)
-	}
-	check(2)
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range dirs {
-		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("cgroup %s left after Close (%v)", d, err)
-		}
+	for _, apart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ProxiesApart=%v", apart), func(t *testing.T) {
+			c, err := StartZK(context.Background(), ZKOptions{CPUBudgets: CPUBudgets{MemberCPUs: []float64{0.3}, ClusterCPU: 1.2, ProxiesApart: apart}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() }) // a failure midway leaves no JVM loading the CPU
+			want := []float64{0.3, 0.4, 0.4}
+			var dirs []string
+			check := func(i int) {
+				t.Helper()
+				s := c.Server(i)
+				jvm, jq := budgetOfPID(t, s.PID())
+				proxies, pq := budgetOfPID(t, s.ProxyPID())
+				if math.Abs(jq-want[i]) > 1e-9 || math.Abs(c.MemberCPU(i)-want[i]) > 1e-9 {
+					t.Errorf("z%d: JVM in %s (%.2f cores), MemberCPU %.2f; want %.2f cores", i, jvm, jq, c.MemberCPU(i), want[i])
+				}
+				if !apart && jvm != proxies {
+					t.Errorf("z%d: JVM in %s, proxies in %s (%.2f cores); want both in one cgroup", i, jvm, proxies, pq)
+				}
+				if apart && (proxies != home || !math.IsInf(pq, 1)) {
+					t.Errorf("z%d: proxies in %s (%.2f cores); want them apart, on the host's share in %s", i, proxies, pq, home)
+				}
+				dirs = append(dirs, jvm)
+			}
+			for i := range c.Size() {
+				check(i)
+			}
+			if err := c.Kill(2); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Restart(context.Background(), 2); err != nil {
+				t.Fatal(err)
+			}
+			check(2)
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range dirs {
+				if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("cgroup %s left after Close (%v)", d, err)
+				}
+			}
+		})
 	}
 }
 
@@ -202,5 +216,84 @@ func TestConfineSelf(t *testing.T) {
 	}
 	if _, err := ConfineSelf(0.05); err == nil {
 		t.Error("ConfineSelf(0.05) succeeded, want the 0.1-core minimum refused")
+	}
+}
+
+// TestEtcdProxiesApart: with ProxiesApart each member's proxies run in a
+// process of their own on the host's share, outside its budget; they
+// still carry its traffic and take network changes, their CPU is counted
+// apart, and they outlive a kill of the member, which a restart brings
+// back behind them.
+func TestEtcdProxiesApart(t *testing.T) {
+	requireCPULimit(t)
+	home, err := cpuCgroupOf("self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := StartEtcdT(t, EtcdOptions{CPUBudgets: CPUBudgets{ClusterCPU: 1.5, ProxiesApart: true}})
+	for i := range c.Size() {
+		m := c.Member(i)
+		if m.ProxyPID() == 0 || m.ProxyPID() == m.PID() {
+			t.Fatalf("m%d: proxies in process %d, member %d: want a process of their own", i, m.ProxyPID(), m.PID())
+		}
+		if dir, q := budgetOfPID(t, m.PID()); math.Abs(q-0.5) > 1e-9 {
+			t.Errorf("m%d in %s with %.2f cores, want 0.5", i, dir, q)
+		}
+		if dir, q := budgetOfPID(t, m.ProxyPID()); dir != home || !math.IsInf(q, 1) {
+			t.Errorf("m%d's proxies in %s limited to %.2f cores, want the host's share in %s", i, dir, q, home)
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Member(1).Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	put := func(timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_, err := cli.Put(ctx, "k", "v")
+		return err
+	}
+	// Load until m1's proxies have used 30 ms of CPU (ticks are 10 ms),
+	// within 30 s: their CPU counts apart from the member's.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := put(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if _, proxies := c.CPUTimes(); proxies[1] >= 30*time.Millisecond {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, proxies := c.CPUTimes()
+			t.Fatalf("m1's proxies used %v of CPU in 30 s of writes through them", proxies[1])
+		}
+	}
+	if members, proxies := c.CPUTimes(); members[1] <= proxies[1] {
+		t.Errorf("m1 used %v with its proxies, its proxies %v: the member's own CPU is missing", members[1], proxies[1])
+	}
+	c.Blackhole(1, true)
+	if err := put(500 * time.Millisecond); err == nil {
+		t.Error("a write through blackholed m1's proxies succeeded: the network change did not reach them")
+	}
+	c.Blackhole(1, false)
+	if err := put(10 * time.Second); err != nil {
+		t.Fatalf("after the blackhole: %v", err)
+	}
+	proxyPID := c.Member(1).ProxyPID()
+	if err := c.Kill(1); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Member(1).ProxyPID(); got != proxyPID {
+		t.Fatalf("after m1's kill its proxies run as %d, want %d still", got, proxyPID)
+	}
+	if err := c.Restart(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Member(1).ProxyPID(); got != proxyPID {
+		t.Errorf("after m1's restart its proxies run as %d, want %d", got, proxyPID)
+	}
+	if err := put(10 * time.Second); err != nil {
+		t.Errorf("through m1's proxies after its restart: %v", err)
 	}
 }

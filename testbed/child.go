@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"os/signal"
@@ -37,6 +38,7 @@ type memberSpec struct {
 	Token           string    `json:"token"`
 	CertFile        string    `json:"cert_file,omitempty"`
 	KeyFile         string    `json:"key_file,omitempty"`
+	ProxiesApart    bool      `json:"proxies_apart,omitempty"`
 	Net             *netState `json:"net"`
 }
 
@@ -66,38 +68,57 @@ func hostOf(rawURL string) string {
 	return u.Host
 }
 
-func runMember(raw string) int {
-	// The member's own proxies shape its links, in its process, as netem
-	// would on its host: the client's process carries none of it.
-	spec, net, ok := readSpec[memberSpec]("testbed member", raw)
-	if !ok {
-		return 2
+// etcdProxiesEnv carries a memberSpec to a re-executed process that hosts
+// the member's proxies apart from it (CPUBudgets.ProxiesApart).
+const etcdProxiesEnv = "OPROUTE_TESTBED_ETCD_PROXIES"
+
+func init() {
+	if spec := os.Getenv(etcdProxiesEnv); spec != "" {
+		os.Exit(runEtcdProxies(spec))
 	}
-	clientProxy, err := proxy.Listen(portOf(spec.AdvertiseClient), proxy.Config{
+}
+
+// etcdProxies are an etcd member's proxies: one on its advertised client
+// port, one on its advertised peer port that tells senders apart by the
+// header etcd's peers send.
+type etcdProxies struct {
+	client, peer *proxy.Proxy
+}
+
+// listenEtcdProxies starts member spec's proxies, shaped by net.
+func listenEtcdProxies(spec memberSpec, net *atomic.Pointer[netState]) (*etcdProxies, error) {
+	client, err := proxy.Listen(portOf(spec.AdvertiseClient), proxy.Config{
 		Target: hostOf(spec.ListenClient),
 		Shape:  func(string, proxy.Direction) proxy.Link { return net.Load().clientLink(spec.Index) },
 	})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "testbed member: client proxy:", err)
-		return 1
+		return nil, fmt.Errorf("client proxy: %w", err)
 	}
-	defer clientProxy.Close()
-	peerProxy, err := proxy.Listen(portOf(spec.AdvertisePeer), proxy.Config{
+	peer, err := proxy.Listen(portOf(spec.AdvertisePeer), proxy.Config{
 		Target:   hostOf(spec.ListenPeer),
 		Identify: proxy.HeaderKey("X-Server-From"),
 		Shape:    func(key string, _ proxy.Direction) proxy.Link { return net.Load().peerLink(spec.Index, key) },
 	})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "testbed member: peer proxy:", err)
-		return 1
+		client.Close()
+		return nil, fmt.Errorf("peer proxy: %w", err)
 	}
-	defer peerProxy.Close()
-	// Control from the start: a network change made while etcd starts
-	// reaches the proxies at once.
+	return &etcdProxies{client: client, peer: peer}, nil
+}
+
+func (p *etcdProxies) close() {
+	p.client.Close()
+	p.peer.Close()
+}
+
+// serve answers the parent's control lines (serveControl) from the start,
+// so that a network change made while etcd starts reaches the proxies at
+// once.
+func (p *etcdProxies) serve(net *atomic.Pointer[netState]) <-chan struct{} {
 	traffic := func() linkTraffic {
-		l := linkTraffic{Client: clientProxy.Forwarded()[""]}
+		l := linkTraffic{Client: p.client.Forwarded()[""]}
 		ids := net.Load().IDs
-		for key, n := range peerProxy.Forwarded() {
+		for key, n := range p.peer.Forwarded() {
 			from, ok := ids[key]
 			if !ok {
 				from = unknownSender
@@ -106,7 +127,68 @@ func runMember(raw string) int {
 		}
 		return l
 	}
-	parentGone := serveControl(net, []*proxy.Proxy{clientProxy, peerProxy}, clientProxy.Accepted, traffic)
+	return serveControl(net, []*proxy.Proxy{p.client, p.peer}, p.client.Accepted, traffic)
+}
+
+// runEtcdProxies hosts one etcd member's proxies in a process of their own.
+func runEtcdProxies(raw string) int {
+	spec, net, ok := readSpec[memberSpec]("testbed etcd proxies", raw)
+	if !ok {
+		return 2
+	}
+	px, err := listenEtcdProxies(spec, net)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testbed etcd proxies:", err)
+		return 1
+	}
+	defer px.close()
+	fmt.Println(readyLine)
+	awaitEnd(px.serve(net))
+	return 0
+}
+
+// awaitEnd returns on SIGTERM or SIGINT, or when parentGone closes.
+func awaitEnd(parentGone <-chan struct{}) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case <-sig:
+	case <-parentGone:
+	}
+}
+
+// stdinClosed closes when stdin does, that is when the parent died: the
+// end signal of a child that takes no control lines.
+func stdinClosed() <-chan struct{} {
+	closed := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		close(closed)
+	}()
+	return closed
+}
+
+func runMember(raw string) int {
+	// The member's own proxies shape its links, in its process, as netem
+	// would on its host: the client's process carries none of it. With
+	// ProxiesApart a process of their own hosts them and takes the
+	// control lines.
+	spec, net, ok := readSpec[memberSpec]("testbed member", raw)
+	if !ok {
+		return 2
+	}
+	var parentGone <-chan struct{}
+	if spec.ProxiesApart {
+		parentGone = stdinClosed()
+	} else {
+		px, err := listenEtcdProxies(spec, net)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testbed member:", err)
+			return 1
+		}
+		defer px.close()
+		parentGone = px.serve(net)
+	}
 
 	cfg := embed.NewConfig()
 	cfg.Name, cfg.Dir = spec.Name, spec.Dir

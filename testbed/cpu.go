@@ -32,13 +32,32 @@ func ProcessCPU(pid int) (time.Duration, error) {
 	return time.Duration(utime+stime) * time.Second / clockTicks, nil
 }
 
-// CPUTime returns the CPU time the member's current process has used, 0
-// when it is not running.
-func (m *EtcdMember) CPUTime() time.Duration {
-	pid := m.PID()
+// CPUTime returns the CPU time the member's current processes have used:
+// its server process and, when they run apart from it, its proxies (0 for
+// one that is not running).
+func (s *server) CPUTime() time.Duration { return cpuOf(s.PID()) + s.ProxyCPUTime() }
+
+// ProxyCPUTime returns the CPU time the process hosting the member's
+// proxies has used when it runs apart from the server process (always for
+// ZooKeeper; for etcd with CPUBudgets.ProxiesApart), else 0.
+func (s *server) ProxyCPUTime() time.Duration { return cpuOf(s.ProxyPID()) }
+
+// cpuOf is ProcessCPU, 0 for pid 0 or a process that ended.
+func cpuOf(pid int) time.Duration {
 	if pid == 0 {
 		return 0
 	}
 	d, _ := ProcessCPU(pid)
 	return d
+}
+
+// CPUTimes returns the CPU time each member's current processes have used
+// (CPUTime) and, of that, what its proxies apart from its server process
+// have (ProxyCPUTime).
+func (c *cluster) CPUTimes() (members, proxies []time.Duration) {
+	members, proxies = make([]time.Duration, len(c.nodes)), make([]time.Duration, len(c.nodes))
+	for i, n := range c.nodes {
+		members[i], proxies[i] = n.CPUTime(), n.ProxyCPUTime()
+	}
+	return members, proxies
 }

@@ -161,7 +161,23 @@ func (c *EtcdCluster) newMember(i int, zone string, ports []int, clusterState st
 func (c *EtcdCluster) launch(m *EtcdMember) error {
 	return c.withNet(func(net *netState) error {
 		m.spec.Net = net
+		m.spec.ProxiesApart = c.cpu.budgets.ProxiesApart
 		spec, _ := json.Marshal(m.spec)
+		if m.spec.ProxiesApart && !m.control().running() {
+			// A host of their own, started once: it outlives kills.
+			cmd := exec.Command(c.bin)
+			cmd.Env = c.cpu.proxyEnv(m.Index, append(os.Environ(), etcdProxiesEnv+"="+string(spec)))
+			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			host, err := startChild(cmd, c.proxyLogPath(m))
+			if err != nil {
+				return fmt.Errorf("testbed: start %s proxies: %w", m.Name, err)
+			}
+			if err := c.cpu.confineProxies(m.Index, cmd.Process.Pid); err != nil {
+				host.stop()
+				return err
+			}
+			m.controlledBy(host)
+		}
 		cmd := exec.Command(c.bin)
 		cmd.Env = c.cpu.goEnv(m.Index, append(os.Environ(), memberEnv+"="+string(spec)))
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -173,19 +189,29 @@ func (c *EtcdCluster) launch(m *EtcdMember) error {
 			p.stop()
 			return err
 		}
-		// The member hosts its own proxies: one process for both.
 		m.started(p)
-		m.controlledBy(p)
+		if !m.spec.ProxiesApart {
+			m.controlledBy(p) // the member hosts its own proxies: one process for both
+		}
 		return nil
 	})
 }
 
 func (c *EtcdCluster) logPath(m *EtcdMember) string { return filepath.Join(c.dir, m.Name+".log") }
 
+func (c *EtcdCluster) proxyLogPath(m *EtcdMember) string {
+	return filepath.Join(c.dir, m.Name+"-proxies.log")
+}
+
 func (c *EtcdCluster) waitReady(ctx context.Context, m *EtcdMember) error {
-	p := m.process()
+	p, host := m.process(), m.control()
 	if p == nil {
 		return fmt.Errorf("%w: %s", ErrNotRunning, m.Name)
+	}
+	if host != p {
+		if err := awaitReady(ctx, host, m.Name+" proxies", c.proxyLogPath(m)); err != nil {
+			return err
+		}
 	}
 	return awaitReady(ctx, p, m.Name, c.logPath(m))
 }

@@ -24,8 +24,9 @@ var (
 // server is the process side of one member, embedded in EtcdMember and
 // ZKServer: the server process, which Pause, Kill and Restart act on, and
 // the process that hosts the member's proxies and takes control lines. An
-// etcd member hosts its own proxies, so both are one; a ZooKeeper server's
-// run in a process of their own, which Pause and Kill leave alone.
+// etcd member hosts its own proxies, so both are one, unless
+// CPUBudgets.ProxiesApart; a ZooKeeper server's run in a process of their
+// own. A proxy host apart is one Pause and Kill leave alone.
 type server struct {
 	name string // m0, z0: for errors
 
@@ -61,6 +62,20 @@ func (s *server) controlledBy(p *process) {
 	s.mu.Lock()
 	s.ctl = p
 	s.mu.Unlock()
+}
+
+// ProxyPID returns the ID of the process that hosts the member's proxies
+// when it runs apart from the server process (always for ZooKeeper; for
+// etcd with CPUBudgets.ProxiesApart), 0 when it does not run or is the
+// server process itself.
+func (s *server) ProxyPID() int {
+	s.mu.Lock()
+	proc, ctl := s.proc, s.ctl
+	s.mu.Unlock()
+	if ctl == proc {
+		return 0
+	}
+	return ctl.pid()
 }
 
 // PID returns the ID of the member's server process (the etcd member, the

@@ -67,8 +67,9 @@ type ZKOptions struct {
 	// client certificate. The plain client port stays, for the test bed's own
 	// four-letter commands (DirectEndpoints).
 	ClientTLS bool
-	// CPUBudgets confine each server (its JVM and its proxies) to a share
-	// of the CPU; the zero value leaves them sharing the host's cores.
+	// CPUBudgets confine each server (its JVM and, unless ProxiesApart,
+	// its proxies) to a share of the CPU; the zero value leaves them
+	// sharing the host's cores.
 	CPUBudgets
 	// Reconfig runs the ensemble with dynamic reconfiguration
 	// (reconfigEnabled, skipACL so that any client may reconfigure), for
@@ -313,13 +314,13 @@ func (c *ZKCluster) startProxies(ctx context.Context, s *ZKServer) error {
 		s.proxySpec.Net = net
 		spec, _ := json.Marshal(s.proxySpec)
 		cmd := exec.Command(c.bin)
-		cmd.Env = c.cpu.goEnv(s.Index, append(os.Environ(), zkProxyEnv+"="+string(spec)))
+		cmd.Env = c.cpu.proxyEnv(s.Index, append(os.Environ(), zkProxyEnv+"="+string(spec)))
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		var err error
 		if p, err = startChild(cmd, logPath); err != nil {
 			return fmt.Errorf("testbed: %s proxies: %w", s.Name, err)
 		}
-		if err := c.cpu.confine(s.Index, cmd.Process.Pid); err != nil {
+		if err := c.cpu.confineProxies(s.Index, cmd.Process.Pid); err != nil {
 			p.stop()
 			return err
 		}
@@ -412,10 +413,6 @@ func (c *ZKCluster) DirectEndpoints() []string {
 	}
 	return eps
 }
-
-// ProxyPID returns the process ID of the server's proxies, 0 when they do
-// not run.
-func (s *ZKServer) ProxyPID() int { return s.control().pid() }
 
 // Zones returns each server's zone.
 func (c *ZKCluster) Zones() []string { return slices.Clone(c.topo.Zones) }

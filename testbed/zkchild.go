@@ -3,9 +3,7 @@ package testbed
 import (
 	"fmt"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/oproute/oproute/testbed/proxy"
@@ -84,12 +82,6 @@ func runZKProxies(raw string) int {
 		}
 		return l
 	}
-	parentGone := serveControl(net, all, client.Accepted, traffic)
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	select {
-	case <-sig:
-	case <-parentGone:
-	}
+	awaitEnd(serveControl(net, all, client.Accepted, traffic))
 	return 0
 }

@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -61,6 +62,7 @@ func run() error {
 	fs.Uint64Var(&w.Seed, "seed", w.Seed, "seed of the key choices")
 	backend := fs.String("backend", "etcd", "store: etcd or zk (ZooKeeper from Debian's zookeeper package); the zk-* scenarios always run on zk")
 	memberCPU := fs.String("member-cpu", auto, "cores each test-bed member may use (cgroup quota, its proxies included), as if on its own machine: one value for all, or one per member (0.6,0.2,0.6); 0: shared cores; auto: the members share all but the client's part equally, where cgroups can be written (see docs/routebench.md)")
+	proxiesApart := fs.Bool("proxies-apart", false, "run each test-bed member's proxies (the emulated network) outside its CPU budget, on the host's shared cores, as a kernel's network would be; their CPU is then measured apart (the costs scenario)")
 	clientCPU := fs.String("client-cpu", auto, "cores the client process may use (cgroup quota) while members have budgets; 0: unconfined; auto: what the members' budgets leave of the host, at least 0.5")
 	nodes := fs.Int("nodes", 3, "members, for scenarios without a fixed size (3 or 5)")
 	topoFile := fs.String("topology", "", "three-zones (each member in a zone of its own: client and m0 in a, the leader m1 in b, m2 in c), or a JSON topology file (zones, one-way delays), replacing the default")
@@ -102,8 +104,8 @@ func run() error {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
 	names := strings.Split(*scenario, ",")
-	if *simulate && (set["member-cpu"] || set["client-cpu"] || *endpoints != "" || *scenario == bench.ScenarioFleet) {
-		return fmt.Errorf("--sim simulates its cluster and clients: no --member-cpu, --client-cpu, --endpoints or fleet scenario")
+	if *simulate && (set["member-cpu"] || set["client-cpu"] || *endpoints != "" || *scenario == bench.ScenarioFleet || *scenario == bench.ScenarioCosts) {
+		return fmt.Errorf("--sim simulates its cluster and clients: no --member-cpu, --client-cpu, --endpoints, fleet or costs scenario")
 	}
 	setups, grid := setupsFor(names, set, setup{*topoFile, *memberCPU, *clientCPU, *simulate}, *endpoints != "")
 	if grid {
@@ -147,6 +149,12 @@ func run() error {
 		if err != nil {
 			return err
 		}
+		if *proxiesApart {
+			if s.simulated || len(opts.Endpoints) > 0 {
+				return errors.New("--proxies-apart is for the test bed's members: no --sim or --endpoints")
+			}
+			opts.Backend = bench.WithProxiesApart(opts.Backend)
+		}
 		if grid && !s.simulated && s.memberCPU == auto && !bench.BudgetsOf(opts.Backend).Confined() {
 			if i == 0 {
 				logf("the grid runs on shared cores only: members cannot have budgets here")
@@ -167,6 +175,16 @@ func run() error {
 		}
 		defer r.Close()
 		return runFleet(ctx, r, opts, *out, *fleetRows)
+	}
+	if *scenario == bench.ScenarioCosts {
+		opts := runs[0]
+		opts.Progress = newProgress()
+		r, err := bench.NewRunner(opts)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		return runCosts(ctx, r, opts, *out)
 	}
 	var comps []*bench.Comparison
 	var headers []string
@@ -503,6 +521,42 @@ func runFleet(ctx context.Context, r *bench.Runner, opts bench.Options, out, row
 			return werr
 		}
 		logf("wrote %s/fleet.md", out)
+	}
+	return err
+}
+
+// runCosts runs the costs scenario: what each operation class costs the
+// members' CPU, by component.
+func runCosts(ctx context.Context, r *bench.Runner, opts bench.Options, out string) error {
+	o := bench.CostOptions{}
+	if opts.Set["trials"] {
+		o.Trials = opts.Trials
+	}
+	if opts.Set["workers"] {
+		o.Workers = opts.Workload.Workers
+	}
+	if opts.Set["duration"] {
+		o.Window = opts.Workload.Duration
+	}
+	rep, err := r.RunCosts(ctx, o)
+	opts.Progress.(*progress).close()
+	if len(rep.Samples) == 0 {
+		return err
+	}
+	table := bench.CostsMarkdown(rep)
+	fmt.Println()
+	fmt.Print(table)
+	if out != "" {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		raw, _ := json.MarshalIndent(rep, "", "  ")
+		for name, b := range map[string][]byte{"costs.md": []byte(table), "costs.json": raw} {
+			if werr := os.WriteFile(filepath.Join(out, name), b, 0o644); werr != nil {
+				return werr
+			}
+		}
+		logf("wrote %s/costs.md and costs.json", out)
 	}
 	return err
 }
