@@ -23,14 +23,14 @@ const ScenarioCosts = "costs"
 
 // CostClass is one kind of operation, each placed on one member.
 type CostClass struct {
-	Name string
+	Name string `json:"name"`
 	// Write is a write of ValueSize bytes; else a linearizable read of a
 	// value of ValueSize bytes.
-	Write bool
+	Write bool `json:"write"`
 	// Follower places the operations on one follower (a write is then
 	// forwarded to the leader); else on the leader.
-	Follower  bool
-	ValueSize int
+	Follower  bool `json:"follower"`
+	ValueSize int  `json:"value_size"`
 }
 
 // DefaultCostClasses are the costs scenario's rows: writes of 128 bytes
@@ -90,17 +90,20 @@ type CostSample struct {
 	// Leader is the leader's CPU, its proxies included wherever they run;
 	// Placed the follower's the operations went to (NaN for a class
 	// placed on the leader); Others every other member's, summed.
-	Leader, Placed, Others Measured
+	Leader Measured `json:"leader_us"`
+	Placed Measured `json:"placed_us"`
+	Others Measured `json:"others_us"`
 	// Proxies is the part of those that the members' proxies used, summed
 	// over members, where they run in processes of their own (NaN where
 	// each runs inside its member's process).
-	Proxies Measured
+	Proxies Measured `json:"proxies_us"`
 	// Client is the client process's CPU (routebench's, the router's
 	// probes included).
-	Client float64
+	Client float64 `json:"client_us"`
 	// ClientBytes and PeerBytes are what the proxies forwarded per
 	// operation, client↔member and member↔member.
-	ClientBytes, PeerBytes float64
+	ClientBytes float64 `json:"client_bytes"`
+	PeerBytes   float64 `json:"peer_bytes"`
 }
 
 // Measured is a figure that may not have been measured: NaN, which JSON
@@ -130,6 +133,8 @@ type CostReport struct {
 	CPUMode string `json:"cpu_mode"`
 	Workers int    `json:"workers"`
 	Window  string `json:"window"`
+	// Classes are the classes measured, by the Class of their samples.
+	Classes []CostClass `json:"classes"`
 	// IdleCores is each trial's idle CPU in cores: the leader, one
 	// follower, and the proxies apart (summed; NaN when inside).
 	IdleCores [][3]Measured `json:"idle_cores"`
@@ -172,7 +177,7 @@ func takeCostSnapshot(cl Cluster) (costSnapshot, error) {
 func (r *Runner) RunCosts(ctx context.Context, o CostOptions) (CostReport, error) {
 	o.defaults()
 	be := r.opts.Backend
-	rep := CostReport{Backend: be.Name(), CPUMode: CPUMode(be, 3, r.opts.ClientCPU), Workers: o.Workers, Window: o.Window.String()}
+	rep := CostReport{Backend: be.Name(), CPUMode: CPUMode(be, 3, r.opts.ClientCPU), Workers: o.Workers, Window: o.Window.String(), Classes: o.Classes}
 	if len(r.opts.Endpoints) > 0 {
 		return rep, ErrNeedsTestbed
 	}

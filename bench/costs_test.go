@@ -17,7 +17,7 @@ func TestMeasuredJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(b), `"Placed":null`) || !strings.Contains(string(b), `"Leader":12.5`) {
+	if !strings.Contains(string(b), `"placed_us":null`) || !strings.Contains(string(b), `"leader_us":12.5`) {
 		t.Errorf("JSON %s: want Placed null, Leader 12.5", b)
 	}
 	var out CostSample
