@@ -544,6 +544,11 @@ func runCosts(ctx context.Context, r *bench.Runner, opts bench.Options, out stri
 		return err
 	}
 	table := bench.CostsMarkdown(rep)
+	if fit, ferr := bench.SimCostsFrom(rep, rep.Backend); ferr == nil {
+		table += "\nThe simulator's step costs fitted to these figures (bench.SimCostsFrom), and the model on them beside each figure:\n\n" + bench.CostFitMarkdown(fit)
+	} else {
+		logf("no simulator costs fitted: %v", ferr)
+	}
 	fmt.Println()
 	fmt.Print(table)
 	if out != "" {
