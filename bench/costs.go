@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/testbed"
 )
@@ -127,6 +127,16 @@ func (m *Measured) UnmarshalJSON(b []byte) error {
 	return json.Unmarshal(b, (*float64)(m))
 }
 
+// IdleCores is one trial's idle CPU, in cores.
+type IdleCores struct {
+	Leader   Measured `json:"leader"`
+	Follower Measured `json:"follower"` // the one follower classes are placed on
+	// Proxies is every member's proxies', summed, where they run in
+	// processes of their own (NaN where they run inside the members).
+	Proxies Measured `json:"proxies"`
+	Client  Measured `json:"client"`
+}
+
 // CostReport is the costs scenario's result.
 type CostReport struct {
 	Backend string `json:"backend"`
@@ -134,46 +144,76 @@ type CostReport struct {
 	Workers int    `json:"workers"`
 	Window  string `json:"window"`
 	// Classes are the classes measured, by the Class of their samples.
-	Classes []CostClass `json:"classes"`
-	// IdleCores is each trial's idle CPU in cores: the leader, one
-	// follower, and the proxies apart (summed; NaN when inside).
-	IdleCores [][3]Measured `json:"idle_cores"`
-	Samples   []CostSample  `json:"samples"`
+	Classes []CostClass  `json:"classes"`
+	Idle    []IdleCores  `json:"idle"` // one per trial
+	Samples []CostSample `json:"samples"`
 }
 
-// proxyCPUer is a test-bed cluster whose proxies' CPU can be told from
-// its members' (ProxyCPU: zero where they run inside the members).
-type proxyCPUer interface{ ProxyCPU() []time.Duration }
-
-// costSnapshot is what a window is measured between.
+// costSnapshot is one end of a window.
 type costSnapshot struct {
-	at      time.Time
-	members []time.Duration
-	proxies []time.Duration
-	client  time.Duration
-	traffic testbed.TrafficCounts
+	at               time.Time
+	members, proxies []time.Duration
+	client           time.Duration
+	traffic          testbed.TrafficCounts
 }
 
-func takeCostSnapshot(cl Cluster) (costSnapshot, error) {
-	s := costSnapshot{members: cl.ServerCPU()}
-	if p, ok := cl.(proxyCPUer); ok {
-		s.proxies = p.ProxyCPU()
-	}
-	var err error
-	if s.client, err = testbed.ProcessCPU(os.Getpid()); err != nil {
-		return s, err
-	}
+// readCPU reads every process's CPU time at once, and the time.
+func (s *costSnapshot) readCPU(bed bedCPU) {
+	s.members, s.proxies = bed.CPUTimes()
+	s.client = testutil.ProcessCPU()
+	s.at = time.Now()
+}
+
+// openWindow reads the proxies' traffic (a control round trip to each),
+// then the CPU times: the window opens with the CPU read, and operations
+// that end after it count.
+func openWindow(cl Cluster, bed bedCPU) (s costSnapshot, err error) {
 	if s.traffic, err = cl.Traffic(); err != nil {
 		return s, err
 	}
-	s.at = time.Now()
+	s.readCPU(bed)
 	return s, nil
 }
 
+// closeWindow reads the CPU times first, then the traffic.
+func closeWindow(cl Cluster, bed bedCPU) (s costSnapshot, err error) {
+	s.readCPU(bed)
+	s.traffic, err = cl.Traffic()
+	return s, err
+}
+
+// rates are what each process used, in cores, and what the proxies
+// forwarded, in bytes a second, over a window.
+type rates struct {
+	members, proxies       []float64
+	client                 float64
+	clientBytes, peerBytes float64
+}
+
+func ratesOver(before, after costSnapshot) rates {
+	secs := after.at.Sub(before.at).Seconds()
+	per := func(a, b []time.Duration) []float64 {
+		out := make([]float64, len(b))
+		for i := range min(len(a), len(b)) {
+			out[i] = (b[i] - a[i]).Seconds() / secs
+		}
+		return out
+	}
+	t := after.traffic.Since(before.traffic)
+	return rates{members: per(before.members, after.members), proxies: per(before.proxies, after.proxies),
+		client: (after.client - before.client).Seconds() / secs, clientBytes: float64(t.ClientTotal) / secs, peerBytes: float64(t.PeerTotal) / secs}
+}
+
+// costAttempts bounds how often a class is measured again because the
+// leader moved during its window.
+const costAttempts = 3
+
 // RunCosts measures what each operation class costs the members' CPU, on
-// the runner's 3-member test-bed cluster: per trial an idle window, then
-// every class in turn, each placed with router.WithMember on the leader
-// or on the lowest-indexed follower.
+// the runner's 3-member test-bed cluster: per trial an idle window (after
+// a second's quiet), then every class in turn, each placed with
+// router.WithMember on the leader or on the lowest-indexed follower. A
+// class whose window saw the leader move is measured again, after the
+// cluster settles.
 func (r *Runner) RunCosts(ctx context.Context, o CostOptions) (CostReport, error) {
 	o.defaults()
 	be := r.opts.Backend
@@ -182,22 +222,22 @@ func (r *Runner) RunCosts(ctx context.Context, o CostOptions) (CostReport, error
 		return rep, ErrNeedsTestbed
 	}
 	if r.opts.Progress != nil {
-		r.opts.Progress.Plan(o.Trials*(1+len(o.Classes)), time.Duration(o.Trials)*(o.Window+time.Duration(len(o.Classes))*(o.Window+costWarmup)))
+		r.opts.Progress.Plan(o.Trials*(1+len(o.Classes)), time.Duration(o.Trials)*(costWarmup+o.Window+time.Duration(len(o.Classes))*(o.Window+costWarmup)))
 	}
 	cl, err := r.cluster(ctx, be, 3)
 	if err != nil {
 		return rep, err
 	}
+	b, ok := cl.(onBed)
+	if !ok || b.bed() == nil {
+		return rep, ErrNeedsTestbed
+	}
+	bed := b.bed()
+	if n := cl.Size(); n != 3 {
+		return rep, fmt.Errorf("bench: costs: %d members, want 3", n)
+	}
 	if err := r.settle(ctx, cl); err != nil {
 		return rep, err
-	}
-	leader, err := cl.Leader(ctx)
-	if err != nil {
-		return rep, err
-	}
-	follower := 0
-	if leader == 0 {
-		follower = 1
 	}
 	cli, err := cl.Connect(ctx, router.RoundRobin, 1)
 	if err != nil {
@@ -217,39 +257,85 @@ func (r *Runner) RunCosts(ctx context.Context, o CostOptions) (CostReport, error
 		}
 	}
 	eps := cl.Endpoints()
+	apart := bed.ProxiesApart()
+	nan := Measured(math.NaN())
 	for trial := range o.Trials {
-		r.costStep(fmt.Sprintf("costs: idle, trial %d", trial+1), o.Window)
-		before, err := takeCostSnapshot(cl)
-		if err != nil {
-			return rep, err
+		r.costStep(fmt.Sprintf("costs: idle, trial %d", trial+1), costWarmup+o.Window)
+		err := sleepCtx(ctx, costWarmup) // the load before it settles
+		var before, after costSnapshot
+		if err == nil {
+			before, err = openWindow(cl, bed)
 		}
-		if err := sleepCtx(ctx, o.Window); err != nil {
-			return rep, err
+		if err == nil {
+			err = sleepCtx(ctx, o.Window)
 		}
-		after, err := takeCostSnapshot(cl)
+		if err == nil {
+			after, err = closeWindow(cl, bed)
+		}
 		r.costDone()
 		if err != nil {
 			return rep, err
 		}
-		idle := idleRates(before, after)
-		rep.IdleCores = append(rep.IdleCores, [3]Measured{Measured(idle.members[leader]), Measured(idle.members[follower]), Measured(sumOrNaN(idle.proxies))})
+		idle := ratesOver(before, after)
+		leader, err := cl.Leader(ctx)
+		if err != nil {
+			return rep, err
+		}
+		ic := IdleCores{Leader: Measured(idle.members[leader]), Follower: Measured(idle.members[followerOf(leader)]), Proxies: nan, Client: Measured(idle.client)}
+		if apart {
+			ic.Proxies = Measured(sum(idle.proxies))
+		}
+		rep.Idle = append(rep.Idle, ic)
 		for _, c := range o.Classes {
-			at := leader
-			if c.Follower {
-				at = follower
-			}
-			r.costStep(fmt.Sprintf("costs: %s, trial %d", c.Name, trial+1), costWarmup+o.Window)
-			s, err := measureClass(ctx, cl, cli, c, eps[at], o, idle)
-			r.costDone()
+			s, err := r.measureClassSettled(ctx, cl, bed, cli, c, eps, o, idle, apart)
 			if err != nil {
 				return rep, fmt.Errorf("bench: costs: %s: %w", c.Name, err)
 			}
 			s.Class, s.Trial = c.Name, trial+1
-			s.attribute(leader, follower, c.Follower)
-			rep.Samples = append(rep.Samples, s.CostSample)
+			rep.Samples = append(rep.Samples, s)
 		}
 	}
 	return rep, nil
+}
+
+// followerOf is the follower classes are placed on under leader: the
+// lowest-indexed one.
+func followerOf(leader int) int {
+	if leader == 0 {
+		return 1
+	}
+	return 0
+}
+
+// measureClassSettled measures class c under a leader that holds through
+// its window, settling the cluster and measuring again when it did not.
+func (r *Runner) measureClassSettled(ctx context.Context, cl Cluster, bed bedCPU, cli Client, c CostClass, eps []string, o CostOptions, idle rates, apart bool) (CostSample, error) {
+	for attempt := 1; ; attempt++ {
+		leader, err := cl.Leader(ctx)
+		if err != nil {
+			return CostSample{}, err
+		}
+		at := leader
+		if c.Follower {
+			at = followerOf(leader)
+		}
+		r.costStep(fmt.Sprintf("costs: %s on m%d", c.Name, at), costWarmup+o.Window)
+		s, err := measureClass(ctx, cl, bed, cli, c, eps[at], o, idle, apart)
+		r.costDone()
+		if err != nil {
+			return s.CostSample, err
+		}
+		if now, err := cl.Leader(ctx); err == nil && now == leader {
+			s.attribute(leader, followerOf(leader), c.Follower)
+			return s.CostSample, nil
+		}
+		if attempt == costAttempts {
+			return s.CostSample, fmt.Errorf("the leader moved during %d windows", costAttempts)
+		}
+		if err := r.settle(ctx, cl); err != nil {
+			return s.CostSample, err
+		}
+	}
 }
 
 func (r *Runner) costStep(label string, d time.Duration) {
@@ -265,35 +351,6 @@ func (r *Runner) costDone() {
 }
 
 func costKey(size, k int) string { return fmt.Sprintf("costs/%d/%03d", size, k) }
-
-// rates are CPU cores per process over a window.
-type rates struct{ members, proxies []float64 }
-
-func idleRates(before, after costSnapshot) rates {
-	secs := after.at.Sub(before.at).Seconds()
-	per := func(a, b []time.Duration) []float64 {
-		if len(a) != len(b) {
-			return nil
-		}
-		out := make([]float64, len(a))
-		for i := range a {
-			out[i] = (b[i] - a[i]).Seconds() / secs
-		}
-		return out
-	}
-	return rates{per(before.members, after.members), per(before.proxies, after.proxies)}
-}
-
-func sumOrNaN(v []float64) float64 {
-	if len(v) == 0 || !slices.ContainsFunc(v, func(x float64) bool { return x != 0 }) {
-		return math.NaN()
-	}
-	var s float64
-	for _, x := range v {
-		s += x
-	}
-	return s
-}
 
 // classSample is a CostSample with each member's µs per operation, before
 // they are attributed to roles.
@@ -319,8 +376,8 @@ func (s *classSample) attribute(leader, follower int, placed bool) {
 
 // measureClass runs class c's operations on the member at endpoint ep
 // with o.Workers closed-loop workers, a warm-up and then a window, and
-// returns its CPU per operation with the idle rates taken out.
-func measureClass(ctx context.Context, cl Cluster, cli Client, c CostClass, ep string, o CostOptions, idle rates) (classSample, error) {
+// returns what each operation cost with the idle rates taken out.
+func measureClass(ctx context.Context, cl Cluster, bed bedCPU, cli Client, c CostClass, ep string, o CostOptions, idle rates, apart bool) (classSample, error) {
 	value := make([]byte, c.ValueSize)
 	var ops, errs atomic.Int64
 	var measuring atomic.Bool
@@ -355,27 +412,21 @@ func measureClass(ctx context.Context, cl Cluster, cli Client, c CostClass, ep s
 		})
 	}
 	var s classSample
-	finish := func() {
-		close(stop)
-		wg.Wait()
+	var before, after costSnapshot
+	err := sleepCtx(ctx, costWarmup)
+	if err == nil {
+		before, err = openWindow(cl, bed)
 	}
-	if err := sleepCtx(ctx, costWarmup); err != nil {
-		finish()
-		return s, err
+	if err == nil {
+		measuring.Store(true)
+		err = sleepCtx(ctx, o.Window)
+		measuring.Store(false)
 	}
-	before, err := takeCostSnapshot(cl)
-	if err != nil {
-		finish()
-		return s, err
+	if err == nil {
+		after, err = closeWindow(cl, bed)
 	}
-	measuring.Store(true)
-	serr := sleepCtx(ctx, o.Window)
-	measuring.Store(false)
-	after, err := takeCostSnapshot(cl)
-	finish()
-	if serr != nil {
-		return s, serr
-	}
+	close(stop)
+	wg.Wait()
 	if err != nil {
 		return s, err
 	}
@@ -386,22 +437,17 @@ func measureClass(ctx context.Context, cl Cluster, cli Client, c CostClass, ep s
 	secs := after.at.Sub(before.at).Seconds()
 	n := float64(s.Ops)
 	s.OpsPS = n / secs
-	perOp := func(a, b time.Duration, idleCores float64) float64 {
-		return ((b - a).Seconds() - idleCores*secs) * 1e6 / n
-	}
-	for i := range after.members {
-		s.members = append(s.members, perOp(before.members[i], after.members[i], idle.members[i]))
+	load := ratesOver(before, after)
+	perOp := func(rate, idleRate, unit float64) float64 { return (rate - idleRate) * secs * unit / n }
+	for i := range load.members {
+		s.members = append(s.members, perOp(load.members[i], idle.members[i], 1e6))
 	}
 	s.Proxies = Measured(math.NaN())
-	if len(idle.proxies) == len(after.proxies) && slices.ContainsFunc(after.proxies, func(d time.Duration) bool { return d != 0 }) {
-		s.Proxies = 0
-		for i := range after.proxies {
-			s.Proxies += Measured(perOp(before.proxies[i], after.proxies[i], idle.proxies[i]))
-		}
+	if apart {
+		s.Proxies = Measured(perOp(sum(load.proxies), sum(idle.proxies), 1e6))
 	}
-	s.Client = (after.client - before.client).Seconds() * 1e6 / n
-	t := after.traffic.Since(before.traffic)
-	s.ClientBytes, s.PeerBytes = float64(t.ClientTotal)/n, float64(t.PeerTotal)/n
+	s.Client = perOp(load.client, idle.client, 1e6)
+	s.ClientBytes, s.PeerBytes = perOp(load.clientBytes, idle.clientBytes, 1), perOp(load.peerBytes, idle.peerBytes, 1)
 	return s, nil
 }
 
@@ -409,8 +455,8 @@ func measureClass(ctx context.Context, cl Cluster, cli Client, c CostClass, ep s
 // and the range.
 func CostsMarkdown(rep CostReport) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "CPU per operation on %s, by component: µs of CPU time per operation, median (min–max) over %d trial(s), each process's idle rate taken out; %d closed-loop workers, %s windows, each class placed with router.WithMember on the leader or on one follower. A member's figure holds its proxies; the proxies' column is their part, summed over members, where they run in processes of their own (ZooKeeper's always, etcd's with --proxies-apart).\n\n",
-		rep.Backend, len(rep.IdleCores), rep.Workers, rep.Window)
+	fmt.Fprintf(&b, "CPU per operation on %s, by component: µs of CPU time per operation, median (min–max) over %d trial(s), each process's idle rate (and the proxies' idle traffic) taken out; %d closed-loop workers, %s windows, each class placed with router.WithMember on the leader or on one follower. A member's figure holds its proxies; the proxies' column is their part, summed over members, where they run in processes of their own (ZooKeeper's always, etcd's with --proxies-apart).\n\n",
+		rep.Backend, len(rep.Idle), rep.Workers, rep.Window)
 	b.WriteString("| Class | ops/s | Leader (µs/op) | Follower placed on (µs/op) | Others, summed (µs/op) | Of these, proxies (µs/op) | Client (µs/op) | Client bytes/op | Peer bytes/op |\n|---|---|---|---|---|---|---|---|---|\n")
 	var order []string
 	by := map[string][]CostSample{}
@@ -422,53 +468,49 @@ func CostsMarkdown(rep CostReport) string {
 	}
 	for _, class := range order {
 		g := by[class]
-		col := func(get func(CostSample) float64, decimals int) string {
-			var v []float64
-			for _, s := range g {
-				if x := get(s); !math.IsNaN(x) {
-					v = append(v, x)
-				}
+		col := func(get func(CostSample) float64) string {
+			v := make([]float64, len(g))
+			for i, s := range g {
+				v[i] = get(s)
 			}
-			if len(v) == 0 {
-				return "–"
-			}
-			slices.Sort(v)
-			f := fmt.Sprintf("%%.%df", decimals)
-			if len(v) == 1 {
-				return fmt.Sprintf(f, v[0])
-			}
-			return fmt.Sprintf(f+" ("+f+"–"+f+")", medianSorted(v), v[0], v[len(v)-1])
+			return spread(v, "%.0f")
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", class,
-			col(func(s CostSample) float64 { return s.OpsPS }, 0),
-			col(func(s CostSample) float64 { return float64(s.Leader) }, 0),
-			col(func(s CostSample) float64 { return float64(s.Placed) }, 0),
-			col(func(s CostSample) float64 { return float64(s.Others) }, 0),
-			col(func(s CostSample) float64 { return float64(s.Proxies) }, 0),
-			col(func(s CostSample) float64 { return s.Client }, 0),
-			col(func(s CostSample) float64 { return s.ClientBytes }, 0),
-			col(func(s CostSample) float64 { return s.PeerBytes }, 0))
+			col(func(s CostSample) float64 { return s.OpsPS }),
+			col(func(s CostSample) float64 { return float64(s.Leader) }),
+			col(func(s CostSample) float64 { return float64(s.Placed) }),
+			col(func(s CostSample) float64 { return float64(s.Others) }),
+			col(func(s CostSample) float64 { return float64(s.Proxies) }),
+			col(func(s CostSample) float64 { return s.Client }),
+			col(func(s CostSample) float64 { return s.ClientBytes }),
+			col(func(s CostSample) float64 { return s.PeerBytes }))
 	}
-	var idle [3][]float64
-	for _, t := range rep.IdleCores {
-		for i := range idle {
-			if !math.IsNaN(float64(t[i])) {
-				idle[i] = append(idle[i], float64(t[i]))
-			}
+	idle := func(get func(IdleCores) Measured) string {
+		v := make([]float64, len(rep.Idle))
+		for i, c := range rep.Idle {
+			v[i] = float64(get(c))
 		}
+		return spread(v, "%.3f")
 	}
-	fmt.Fprintf(&b, "\nIdle, in cores: leader %s, a follower %s, proxies (all members) %s.\n", spread(idle[0]), spread(idle[1]), spread(idle[2]))
+	fmt.Fprintf(&b, "\nIdle, in cores: leader %s, a follower %s, proxies (all members) %s, client %s.\n",
+		idle(func(c IdleCores) Measured { return c.Leader }), idle(func(c IdleCores) Measured { return c.Follower }),
+		idle(func(c IdleCores) Measured { return c.Proxies }), idle(func(c IdleCores) Measured { return c.Client }))
 	b.WriteString("\n" + rep.CPUMode + "\n")
 	return b.String()
 }
 
-func spread(v []float64) string {
+// spread is the median of the values measured (NaN ones left out) and,
+// for more than one, their range; "–" for none.
+func spread(v []float64, format string) string {
+	v = slices.DeleteFunc(slices.Clone(v), math.IsNaN)
 	if len(v) == 0 {
 		return "–"
 	}
-	v = slices.Clone(v)
 	slices.Sort(v)
-	return fmt.Sprintf("%.3f (%.3f–%.3f)", medianSorted(v), v[0], v[len(v)-1])
+	if len(v) == 1 {
+		return fmt.Sprintf(format, v[0])
+	}
+	return fmt.Sprintf(format+" ("+format+"–"+format+")", medianSorted(v), v[0], v[len(v)-1])
 }
 
 // medianSorted is the median of sorted values.

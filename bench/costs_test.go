@@ -46,13 +46,13 @@ func TestCostAttribution(t *testing.T) {
 func TestCostsMarkdown(t *testing.T) {
 	nan := Measured(math.NaN())
 	rep := CostReport{Backend: "etcd", CPUMode: "CPU: budgets", Workers: 8, Window: "5s",
-		IdleCores: [][3]Measured{{0.01, 0.02, nan}, {0.03, 0.02, nan}},
+		Idle: []IdleCores{{Leader: 0.01, Follower: 0.02, Proxies: nan, Client: 0.1}, {Leader: 0.03, Follower: 0.02, Proxies: nan, Client: 0.1}},
 		Samples: []CostSample{
 			{Class: "read at leader", Trial: 1, OpsPS: 1000, Leader: 100, Placed: nan, Others: 40, Proxies: nan, Client: 50},
 			{Class: "read at leader", Trial: 2, OpsPS: 1200, Leader: 120, Placed: nan, Others: 44, Proxies: nan, Client: 52},
 		}}
 	md := CostsMarkdown(rep)
-	for _, want := range []string{"| read at leader | 1100 (1000–1200) | 110 (100–120) | – | 42 (40–44) | – |", "leader 0.020 (0.010–0.030)", "proxies (all members) –", "CPU: budgets"} {
+	for _, want := range []string{"| read at leader | 1100 (1000–1200) | 110 (100–120) | – | 42 (40–44) | – |", "leader 0.020 (0.010–0.030)", "proxies (all members) –, client 0.100 (0.100–0.100)", "CPU: budgets"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
@@ -61,11 +61,10 @@ func TestCostsMarkdown(t *testing.T) {
 
 // TestCostsOnTheBed: the costs scenario on a real etcd cluster with its
 // proxies apart measures every class without errors, tells the proxies'
-// CPU apart, and sees the bytes a 16 KiB read carries.
+// CPU apart, and sees the bytes each operation carries.
 func TestCostsOnTheBed(t *testing.T) {
 	testutil.NeedsServers(t)
-	w := DefaultWorkload()
-	r, err := NewRunner(Options{Backend: WithProxiesApart(Etcd{}), Workload: w})
+	r, err := NewRunner(Options{Backend: WithProxiesApart(Etcd{}), Workload: DefaultWorkload()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,12 +75,14 @@ func TestCostsOnTheBed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Samples) != len(DefaultCostClasses()) || len(rep.IdleCores) != 1 {
-		t.Fatalf("%d samples, %d idle windows; want %d and 1", len(rep.Samples), len(rep.IdleCores), len(DefaultCostClasses()))
+	if len(rep.Samples) != len(DefaultCostClasses()) || len(rep.Idle) != 1 || math.IsNaN(float64(rep.Idle[0].Proxies)) {
+		t.Fatalf("%d samples, idle %+v; want %d and one idle window with the proxies' part", len(rep.Samples), rep.Idle, len(DefaultCostClasses()))
 	}
 	for i, s := range rep.Samples {
 		c := DefaultCostClasses()[i]
-		if s.Class != c.Name || s.Ops == 0 || s.Errors != 0 || math.IsNaN(float64(s.Leader)) || math.IsNaN(float64(s.Proxies)) || s.Proxies <= 0 {
+		// The proxies' figure is a difference of 10 ms ticks over a short
+		// window: measured, not necessarily positive.
+		if s.Class != c.Name || s.Ops == 0 || s.Errors != 0 || math.IsNaN(float64(s.Leader)) || math.IsNaN(float64(s.Proxies)) {
 			t.Errorf("%s: %+v; want operations without errors, the leader's and the proxies' CPU measured", c.Name, s)
 		}
 		if c.Follower == math.IsNaN(float64(s.Placed)) {
@@ -94,7 +95,7 @@ func TestCostsOnTheBed(t *testing.T) {
 			t.Errorf("%s: %.0f peer bytes per write of %d bytes: not replicated through the proxies?", c.Name, s.PeerBytes, c.ValueSize)
 		}
 	}
-	if md := CostsMarkdown(rep); !strings.Contains(md, "their proxies apart") {
+	if md := CostsMarkdown(rep); !strings.Contains(md, "in processes of their own, the members' proxies") {
 		t.Errorf("CPU line does not say the proxies run apart:\n%s", md)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/oproute/oproute/testbed"
 )
@@ -22,6 +23,27 @@ const MinClientCPU = 0.5
 func DefaultBudgets(cpus int) (members testbed.CPUBudgets, client float64) {
 	client = max(MinClientCPU, float64(cpus)/4)
 	return testbed.CPUBudgets{ClusterCPU: float64(cpus) - client}, client
+}
+
+// bedCPU is a test-bed cluster's CPU accounting: its members' processes
+// and their proxies' (testbed's CPUTimes), and whether the proxies run
+// apart, so that their part can be told.
+type bedCPU interface {
+	CPUTimes() (members, proxies []time.Duration)
+	ProxiesApart() bool
+}
+
+// onBed is a Cluster on the test bed, whose CPU can be accounted.
+type onBed interface{ bed() bedCPU }
+
+// membersCPU is what each member's processes have used so far, nil off
+// the test bed.
+func membersCPU(b bedCPU) []time.Duration {
+	if b == nil {
+		return nil
+	}
+	members, _ := b.CPUTimes()
+	return members
 }
 
 // BudgetsOf returns the CPU budgets of a test-bed backend, one that has
@@ -87,7 +109,11 @@ func CPUMode(be Backend, nodes int, clientCPU float64) string {
 	b := BudgetsOf(be)
 	cpus := runtime.NumCPU()
 	if !b.Confined() {
-		return fmt.Sprintf("CPU: "+CPUModeShared+": the members, their proxies and the client run unconfined on the host's %d CPUs, so a busy member slows the others and the client, which favours sending reads to one member (leader_only, boltzmann) over spreading them.", cpus)
+		who := "the members, their proxies and the client"
+		if b.ProxiesApart {
+			who = "the members, the client and, in processes of their own, the members' proxies"
+		}
+		return fmt.Sprintf("CPU: "+CPUModeShared+": %s run unconfined on the host's %d CPUs, so a busy member slows the others and the client, which favours sending reads to one member (leader_only, boltzmann) over spreading them.", who, cpus)
 	}
 	each := make([]string, nodes)
 	for i := range nodes {

@@ -125,22 +125,13 @@ func (c *etcdCluster) Served(ctx context.Context) ([]Served, error) {
 	})
 }
 
-func (c *etcdCluster) ServerCPU() []time.Duration {
-	if c.tb == nil {
-		return nil
-	}
-	members, _ := c.tb.CPUTimes()
-	return members
-}
+func (c *etcdCluster) ServerCPU() []time.Duration { return membersCPU(c.bed()) }
 
-// ProxyCPU is the part of ServerCPU the members' proxies used apart from
-// their servers' processes.
-func (c *etcdCluster) ProxyCPU() []time.Duration {
+func (c *etcdCluster) bed() bedCPU {
 	if c.tb == nil {
-		return nil
+		return nil // not a nil *testbed cluster in an interface
 	}
-	_, proxies := c.tb.CPUTimes()
-	return proxies
+	return c.tb
 }
 
 func (c *etcdCluster) Traffic() (testbed.TrafficCounts, error) {

@@ -336,10 +336,10 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(rank, 0), len(sorted)-1)]
 }
 
-func sum(ds []time.Duration) time.Duration {
-	var s time.Duration
-	for _, d := range ds {
-		s += d
+func sum[T time.Duration | float64](v []T) T {
+	var s T
+	for _, x := range v {
+		s += x
 	}
 	return s
 }

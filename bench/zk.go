@@ -142,22 +142,13 @@ func (c *zkCluster) Served(ctx context.Context) ([]Served, error) {
 	})
 }
 
-func (c *zkCluster) ServerCPU() []time.Duration {
-	if c.tb == nil {
-		return nil
-	}
-	members, _ := c.tb.CPUTimes()
-	return members
-}
+func (c *zkCluster) ServerCPU() []time.Duration { return membersCPU(c.bed()) }
 
-// ProxyCPU is the part of ServerCPU the members' proxies used apart from
-// their servers' processes.
-func (c *zkCluster) ProxyCPU() []time.Duration {
+func (c *zkCluster) bed() bedCPU {
 	if c.tb == nil {
-		return nil
+		return nil // not a nil *testbed cluster in an interface
 	}
-	_, proxies := c.tb.CPUTimes()
-	return proxies
+	return c.tb
 }
 
 func (c *zkCluster) Traffic() (testbed.TrafficCounts, error) {

@@ -55,9 +55,11 @@ func (b CPUBudgets) Confined() bool {
 }
 
 // Of returns the budget of member i of a cluster that started with n
-// members, 0 when unconfined.
+// members, 0 when unconfined (or i < 0).
 func (b CPUBudgets) Of(i, n int) float64 {
 	switch {
+	case i < 0:
+		return 0
 	case i < len(b.MemberCPUs) && b.MemberCPUs[i] > 0:
 		return b.MemberCPUs[i]
 	case b.MemberCPU > 0:

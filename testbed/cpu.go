@@ -3,6 +3,7 @@ package testbed
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,9 +56,18 @@ func cpuOf(pid int) time.Duration {
 // (CPUTime) and, of that, what its proxies apart from its server process
 // have (ProxyCPUTime).
 func (c *cluster) CPUTimes() (members, proxies []time.Duration) {
-	members, proxies = make([]time.Duration, len(c.nodes)), make([]time.Duration, len(c.nodes))
-	for i, n := range c.nodes {
-		members[i], proxies[i] = n.CPUTime(), n.ProxyCPUTime()
+	c.netMu.Lock() // grow appends to nodes under it
+	nodes := slices.Clone(c.nodes)
+	c.netMu.Unlock()
+	members, proxies = make([]time.Duration, len(nodes)), make([]time.Duration, len(nodes))
+	for i, n := range nodes {
+		proxies[i] = n.ProxyCPUTime()
+		members[i] = cpuOf(n.PID()) + proxies[i]
 	}
 	return members, proxies
 }
+
+// ProxiesApart reports whether the members' proxies run in processes of
+// their own, whose CPU CPUTimes tells apart: always for ZooKeeper, for
+// etcd with CPUBudgets.ProxiesApart.
+func (c *cluster) ProxiesApart() bool { return c.apartHosts }

@@ -79,6 +79,7 @@ func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 	track(c)
 	c.net = &netState{Topo: opts.Topology, Extra: make([]linkExtra, len(opts.Topology.Zones)), IDs: map[string]int{}}
 	c.cpu = memberLimits{budgets: opts.CPUBudgets, initial: len(opts.Topology.Zones), prefix: "oproute-" + c.token}
+	c.apartHosts = opts.ProxiesApart
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -165,18 +166,9 @@ func (c *EtcdCluster) launch(m *EtcdMember) error {
 		spec, _ := json.Marshal(m.spec)
 		if m.spec.ProxiesApart && !m.control().running() {
 			// A host of their own, started once: it outlives kills.
-			cmd := exec.Command(c.bin)
-			cmd.Env = c.cpu.proxyEnv(m.Index, append(os.Environ(), etcdProxiesEnv+"="+string(spec)))
-			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-			host, err := startChild(cmd, c.proxyLogPath(m))
-			if err != nil {
-				return fmt.Errorf("testbed: start %s proxies: %w", m.Name, err)
-			}
-			if err := c.cpu.confineProxies(m.Index, cmd.Process.Pid); err != nil {
-				host.stop()
+			if _, err := c.startProxyHost(&m.server, m.Index, etcdProxiesEnv, spec, c.proxyLogPath(m)); err != nil {
 				return err
 			}
-			m.controlledBy(host)
 		}
 		cmd := exec.Command(c.bin)
 		cmd.Env = c.cpu.goEnv(m.Index, append(os.Environ(), memberEnv+"="+string(spec)))

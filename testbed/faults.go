@@ -44,6 +44,9 @@ type cluster struct {
 	tls     *tlsFiles // nil without ClientTLS
 	cpu     memberLimits
 	closing atomic.Bool
+	// apartHosts: each member's proxies run in a process of their own
+	// (startProxyHost), not in its server's.
+	apartHosts bool
 }
 
 // prepare makes the work directory (dir, or a new one named by prefix), the
@@ -183,8 +186,9 @@ func (c *cluster) ResetClientsAfterReply(i int, on bool) {
 // Pause freezes member i's server process (SIGSTOP) and returns once every
 // thread of it has stopped: its TCP connections stay open and its kernel
 // still accepts new ones; nothing answers. An etcd
-// member's proxies run in its process and freeze with it; a ZooKeeper
-// server's run apart and keep accepting.
+// member's proxies run in its process and freeze with it (unless
+// CPUBudgets.ProxiesApart); a ZooKeeper server's run apart and keep
+// accepting.
 func (c *cluster) Pause(i int) error { return c.nodes[i].pause() }
 
 // Resume continues a paused member (SIGCONT).

@@ -144,6 +144,26 @@ func startChild(cmd *exec.Cmd, logPath string) (*process, error) {
 	return p, nil
 }
 
+// startProxyHost starts the process that hosts member i's proxies apart
+// from its server (the member binary, its spec in env variable), moves it
+// where its CPU is billed and records it as node's control process. Call
+// it within withNet.
+func (c *cluster) startProxyHost(node *server, i int, variable string, spec []byte, logPath string) (*process, error) {
+	cmd := exec.Command(c.bin)
+	cmd.Env = c.cpu.proxyEnv(i, append(os.Environ(), variable+"="+string(spec)))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p, err := startChild(cmd, logPath)
+	if err != nil {
+		return nil, fmt.Errorf("testbed: start %s proxies: %w", node.name, err)
+	}
+	if err := c.cpu.confineProxies(i, cmd.Process.Pid); err != nil {
+		p.stop()
+		return nil, err
+	}
+	node.controlledBy(p)
+	return p, nil
+}
+
 // startPlain starts cmd with stdout and stderr to logPath.
 func startPlain(cmd *exec.Cmd, logPath string) (*process, error) {
 	out, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

@@ -57,7 +57,8 @@ func (t Traffic) minus(u Traffic) Traffic {
 
 // TrafficCounts is a snapshot of every member's proxy counters, which
 // count from zero when their host process starts (an etcd member's own
-// process: on every Restart; a ZooKeeper server's proxy host: once).
+// process: on every Restart; a proxy host apart, as a ZooKeeper server's
+// always is: once).
 // Subtract two with Since.
 type TrafficCounts struct {
 	members []hostTraffic // in member order
@@ -100,8 +101,8 @@ func (c TrafficCounts) Since(before TrafficCounts) Traffic {
 // forwarded, sorted by zone with the topology in effect. A member whose
 // proxy host is not running (an etcd member that is down; a ZooKeeper
 // server's proxies outlive its JVM) counts nothing; one whose host does
-// not answer fails it, as does a paused etcd member, whose proxies are
-// frozen with it.
+// not answer fails it, as does a paused etcd member whose proxies are
+// frozen with it (unless they run apart).
 func (c *cluster) Traffic() (TrafficCounts, error) {
 	c.netMu.Lock()
 	topo, nodes := c.net.Topo, slices.Clone(c.nodes)

@@ -169,6 +169,7 @@ func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
 		return nil, err
 	}
 	c.cpu = memberLimits{budgets: opts.CPUBudgets, initial: n, prefix: fmt.Sprintf("oproute-zk-%d", rand.Uint64())}
+	c.apartHosts = true // the JVM cannot host them
 	for i := range n {
 		if err := c.cpu.grow(i); err != nil {
 			return nil, err
@@ -313,19 +314,9 @@ func (c *ZKCluster) startProxies(ctx context.Context, s *ZKServer) error {
 	err := c.withNet(func(net *netState) error {
 		s.proxySpec.Net = net
 		spec, _ := json.Marshal(s.proxySpec)
-		cmd := exec.Command(c.bin)
-		cmd.Env = c.cpu.proxyEnv(s.Index, append(os.Environ(), zkProxyEnv+"="+string(spec)))
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		var err error
-		if p, err = startChild(cmd, logPath); err != nil {
-			return fmt.Errorf("testbed: %s proxies: %w", s.Name, err)
-		}
-		if err := c.cpu.confineProxies(s.Index, cmd.Process.Pid); err != nil {
-			p.stop()
-			return err
-		}
-		s.controlledBy(p)
-		return nil
+		p, err = c.startProxyHost(&s.server, s.Index, zkProxyEnv, spec, logPath)
+		return err
 	})
 	if err != nil {
 		return err

@@ -61,7 +61,7 @@ func run() error {
 	fs.IntVar(&w.ConnsPerMember, "conns", w.ConnsPerMember, "connections per member, the same for every policy")
 	fs.Uint64Var(&w.Seed, "seed", w.Seed, "seed of the key choices")
 	backend := fs.String("backend", "etcd", "store: etcd or zk (ZooKeeper from Debian's zookeeper package); the zk-* scenarios always run on zk")
-	memberCPU := fs.String("member-cpu", auto, "cores each test-bed member may use (cgroup quota, its proxies included), as if on its own machine: one value for all, or one per member (0.6,0.2,0.6); 0: shared cores; auto: the members share all but the client's part equally, where cgroups can be written (see docs/routebench.md)")
+	memberCPU := fs.String("member-cpu", auto, "cores each test-bed member may use (cgroup quota, its proxies included unless --proxies-apart), as if on its own machine: one value for all, or one per member (0.6,0.2,0.6); 0: shared cores; auto: the members share all but the client's part equally, where cgroups can be written (see docs/routebench.md)")
 	proxiesApart := fs.Bool("proxies-apart", false, "run each test-bed member's proxies (the emulated network) outside its CPU budget, on the host's shared cores, as a kernel's network would be; their CPU is then measured apart (the costs scenario)")
 	clientCPU := fs.String("client-cpu", auto, "cores the client process may use (cgroup quota) while members have budgets; 0: unconfined; auto: what the members' budgets leave of the host, at least 0.5")
 	nodes := fs.Int("nodes", 3, "members, for scenarios without a fixed size (3 or 5)")
@@ -178,6 +178,9 @@ func run() error {
 	}
 	if *scenario == bench.ScenarioCosts {
 		opts := runs[0]
+		if set["policies"] || set["nodes"] || opts.Topology != nil && len(opts.Topology.Zones) != 3 {
+			return errors.New("the costs scenario runs on 3 members and no policy: no --policies, --nodes or topology of another size")
+		}
 		opts.Progress = newProgress()
 		r, err := bench.NewRunner(opts)
 		if err != nil {
@@ -555,7 +558,10 @@ func runCosts(ctx context.Context, r *bench.Runner, opts bench.Options, out stri
 		if err := os.MkdirAll(out, 0o755); err != nil {
 			return err
 		}
-		raw, _ := json.MarshalIndent(rep, "", "  ")
+		raw, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
 		for name, b := range map[string][]byte{"costs.md": []byte(table), "costs.json": raw} {
 			if werr := os.WriteFile(filepath.Join(out, name), b, 0o644); werr != nil {
 				return werr
