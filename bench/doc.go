@@ -17,7 +17,9 @@
 // # Backends
 //
 // A Backend starts clusters (on the test bed, with fault knobs) or attaches
-// to external endpoints, and connects clients by policy name. The harness
-// knows nothing else of the store, so a new backend plugs in without
-// changes to scenarios or reports.
+// to external endpoints, and connects clients by policy name. Scenarios and
+// reports use only that, with two exceptions a new backend meets: the
+// scenarios bound to a store (the zk-* ones, etcd's stock clients, range
+// reads) name it, and CPU budgets reach the test-bed backends by type
+// (BudgetsOf, withBudgets).
 package bench

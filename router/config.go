@@ -46,8 +46,10 @@ type Config struct {
 	// HybridP2C. Default is Hybrid.
 	Policy string
 
-	// ProbeInterval is how often every member is probed. Default is
-	// DefaultProbeInterval.
+	// ProbeInterval is how often every member is probed while the router
+	// is not settled, and how often reads are judged always; settled, the
+	// members are probed at StableProbeInterval (idle ones rarer still:
+	// IdleProbeRounds). Default is DefaultProbeInterval.
 	ProbeInterval time.Duration
 	// StableProbeInterval is how often the members are probed while the
 	// router is settled: the leader known and unchanged, every member

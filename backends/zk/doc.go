@@ -117,9 +117,11 @@
 // Conns of a process that probe a server the same way (see WithDialer,
 // WithTLS): while the Conns are not settled, about 8 probe connections a
 // second per server, however many Conns (with 20 unshared Conns it was 80 a
-// second); settled, each Conn probes every server every 10 s or so (the
-// router's StableProbeInterval), so a server sees 0.1 probe connections a
-// second per unshared Conn and fewer shared.
+// second); settled, each Conn probes the leader and the servers it sent
+// calls to since their last probe every 10 s or so (the router's
+// StableProbeInterval) and never a server it leaves idle (IdleProbeRounds
+// -1: each probe is a new connection), so a server sees at most 0.1 probe
+// connections a second per unshared Conn that uses it, and fewer shared.
 //
 // Close refuses later calls, and waits, once go-zookeeper's own Close has
 // returned (up to a second, for the server's answer), at most 3 s for the

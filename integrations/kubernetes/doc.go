@@ -2,9 +2,11 @@
 // a *kubernetes.Client of go.etcd.io/etcd/client/v3/kubernetes, the type
 // k8s.io/apiserver's etcd3.New takes, whose RPCs the oproute etcd backend
 // routes. The storage layer's creates, updates and deletes (Txns) go to
-// the leader; its Gets (Range) and lists (Range, or RangeStream from
-// Kubernetes 1.37 on) are linearizable reads, spread over the healthy
-// members; its watches are spread and move off a member that stops serving.
+// the leader; its Gets and lists (Range) are linearizable reads, spread
+// over the healthy members; its lists by RangeStream (Kubernetes 1.37 on)
+// are routed as streams, spread like watches and left where they opened
+// (one cut midway would fail its list); its watches move off a member that
+// stops serving.
 //
 //	kc, err := kubernetes.New(clientv3.Config{Endpoints: endpoints})
 //	if err != nil {
