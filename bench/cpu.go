@@ -104,7 +104,7 @@ func CPUMode(be Backend, nodes int, clientCPU float64) string {
 		if sb.cores != nil {
 			capacity = fmt.Sprintf("%v cores", sb.cores)
 		}
-		return fmt.Sprintf("CPU: "+CPUModeSimulated+" %s (package sim, costs not calibrated: %+v): each member one FIFO CPU in virtual time, %s; no client or server CPU is measured.", sb.store, sb.costs, capacity)
+		return fmt.Sprintf("CPU: "+CPUModeSimulated+" %s (package sim, costs not calibrated: %+v): each member one FIFO CPU in virtual time, %s; no client or server CPU is measured.", sb.store, sb.storeCosts(), capacity)
 	}
 	b := BudgetsOf(be)
 	cpus := runtime.NumCPU()

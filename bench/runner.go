@@ -165,7 +165,7 @@ func (r *Runner) plan(name string) (plannedScenario, error) {
 		case len(r.opts.Endpoints) > 0:
 			return ps, fmt.Errorf("scenario %s runs on %s, not on the %s cluster given", name, def.backend, r.opts.Backend.Name())
 		case simulating:
-			ps.backend = simBackend{costs: sb.costs, store: def.backend}
+			ps.backend = sb.on(def.backend)
 		default:
 			ps.backend = withBudgets(builtinBackends[def.backend], BudgetsOf(r.opts.Backend))
 		}

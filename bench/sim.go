@@ -31,15 +31,29 @@ var ErrSimulated = errors.New("bench: not on a simulated cluster")
 // for every read index, a ZooKeeper sync does not. Its clusters take the
 // test bed's topologies; its trials run the scenario's workload on the
 // real router, each policy's and trial's the same for the seed.
+// The scenarios of the other store (the zk-* ones under etcd) take the
+// same costs.
 func SimBackend(costs sim.Costs, store string) (Backend, error) {
+	return SimBackendOf(map[string]sim.Costs{"etcd": costs, "zk": costs}, store)
+}
+
+// SimBackendOf is SimBackend with each store's own costs (fitted to its
+// costs run, say): a scenario runs on those of the store it simulates,
+// SimCosts for a store without any.
+func SimBackendOf(costs map[string]sim.Costs, store string) (Backend, error) {
 	if _, ok := builtinBackends[store]; !ok {
 		return nil, fmt.Errorf("bench: unknown store %q to simulate (want etcd or zk)", store)
+	}
+	for s := range costs {
+		if _, ok := builtinBackends[s]; !ok {
+			return nil, fmt.Errorf("bench: costs for an unknown store %q", s)
+		}
 	}
 	return simBackend{costs: costs, store: store}, nil
 }
 
 type simBackend struct {
-	costs sim.Costs
+	costs map[string]sim.Costs // by store
 	store string
 	// cores, when set, is each member's CPU capacity (a scenario's
 	// budgets, in cores); else one core each.
@@ -47,6 +61,20 @@ type simBackend struct {
 }
 
 func (simBackend) Name() string { return "sim" }
+
+// on is b simulating store.
+func (b simBackend) on(store string) simBackend {
+	b.store = store
+	return b
+}
+
+// storeCosts are the costs of the store b simulates.
+func (b simBackend) storeCosts() sim.Costs {
+	if c, ok := b.costs[b.store]; ok {
+		return c
+	}
+	return SimCosts()
+}
 
 // storeOf is the store be runs, or simulates.
 func storeOf(be Backend) string {
@@ -108,7 +136,7 @@ func (c *simCluster) model() sim.Cluster {
 	t := c.topo
 	same, cross := time.Duration(t.SameZone), time.Duration(t.CrossZone)
 	jitter := t.Jitter
-	cl := sim.Cluster{Leader: c.leader(), Costs: c.backend.costs, ClientZone: t.ClientZone, ConfirmReads: c.backend.store == "etcd",
+	cl := sim.Cluster{Leader: c.leader(), Costs: c.backend.storeCosts(), ClientZone: t.ClientZone, ConfirmReads: c.backend.store == "etcd",
 		Link: func(a, b string) sim.Link {
 			d := cross
 			if a == b {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/oproute/oproute/sim"
 )
 
 // A scenario without faults runs on a simulated cluster, each policy's
@@ -61,5 +63,36 @@ func TestSimulatedScenario(t *testing.T) {
 	}
 	if _, err := r.Run(t.Context(), "degraded"); !errors.Is(err, ErrSimulated) {
 		t.Fatalf("a scenario with faults on a simulated cluster: %v, want ErrSimulated", err)
+	}
+}
+
+// TestSimBackendOfTakesEachStoresCosts: a scenario simulates its store on
+// that store's costs, the placeholders where it has none.
+func TestSimBackendOfTakesEachStoresCosts(t *testing.T) {
+	e, z := SimCosts(), SimCosts()
+	z.Write = 999 * time.Microsecond
+	for _, tc := range []struct {
+		costs map[string]sim.Costs
+		want  sim.Costs
+	}{{map[string]sim.Costs{"etcd": e, "zk": z}, z}, {map[string]sim.Costs{"etcd": e}, SimCosts()}} {
+		be, err := SimBackendOf(tc.costs, "etcd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := NewRunner(Options{Backend: be, Workload: DefaultWorkload()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, err := r.plan(ScenarioZKHealthy)
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ps.backend.(simBackend).storeCosts(); got != tc.want {
+			t.Errorf("costs %v: zk-healthy simulated on %+v, want %+v", tc.costs, got, tc.want)
+		}
+	}
+	if _, err := SimBackendOf(map[string]sim.Costs{"mongo": e}, "etcd"); err == nil {
+		t.Error("costs for an unknown store accepted")
 	}
 }

@@ -31,6 +31,7 @@ import (
 
 	"github.com/oproute/oproute/bench"
 	"github.com/oproute/oproute/router"
+	"github.com/oproute/oproute/sim"
 	"github.com/oproute/oproute/testbed"
 )
 
@@ -66,6 +67,7 @@ func run() error {
 	clientCPU := fs.String("client-cpu", auto, "cores the client process may use (cgroup quota) while members have budgets; 0: unconfined; auto: what the members' budgets leave of the host, at least 0.5")
 	nodes := fs.Int("nodes", 3, "members, for scenarios without a fixed size (3 or 5)")
 	topoFile := fs.String("topology", "", "three-zones (each member in a zone of its own: client and m0 in a, the leader m1 in b, m2 in c), or a JSON topology file (zones, one-way delays), replacing the default")
+	simCosts := fs.String("sim-costs", "", "with --sim: costs.json files of costs runs (routebench --scenario costs --out DIR), comma-separated, one per store: each store's simulated members take costs fitted to its run instead of the placeholder costs")
 	simulate := fs.Bool("sim", false, "simulate the cluster in virtual time on the real router (package sim; its costs are not calibrated yet: docs/simulator.md) instead of the test bed; scenarios with faults are refused")
 	endpoints := fs.String("endpoints", "", "comma-separated endpoints of an existing cluster instead of the test bed (no fault injection)")
 	fleetRows := fs.String("fleet-rows", "", "fleet scenario rows, comma-separated (default all): idle-100, idle-500, streams-100, writes-100, failover-50, move-50")
@@ -106,6 +108,9 @@ func run() error {
 	names := strings.Split(*scenario, ",")
 	if *simulate && (set["member-cpu"] || set["client-cpu"] || *endpoints != "" || *scenario == bench.ScenarioFleet || *scenario == bench.ScenarioCosts) {
 		return fmt.Errorf("--sim simulates its cluster and clients: no --member-cpu, --client-cpu, --endpoints, fleet or costs scenario")
+	}
+	if *simCosts != "" && !*simulate {
+		return errors.New("--sim-costs needs --sim")
 	}
 	setups, grid := setupsFor(names, set, setup{*topoFile, *memberCPU, *clientCPU, *simulate}, *endpoints != "")
 	if grid {
@@ -148,6 +153,11 @@ func run() error {
 		opts, err := s.options(base, *backend)
 		if err != nil {
 			return err
+		}
+		if *simCosts != "" {
+			if opts.Backend, err = fittedSimBackend(strings.Split(*simCosts, ","), *backend); err != nil {
+				return err
+			}
 		}
 		if *proxiesApart {
 			if s.simulated || len(opts.Endpoints) > 0 {
@@ -526,6 +536,32 @@ func runFleet(ctx context.Context, r *bench.Runner, opts bench.Options, out, row
 		logf("wrote %s/fleet.md", out)
 	}
 	return err
+}
+
+// fittedSimBackend is store simulated with each store's costs fitted to
+// its costs report among paths (costs runs' costs.json, one per store).
+func fittedSimBackend(paths []string, store string) (bench.Backend, error) {
+	costs := map[string]sim.Costs{}
+	for _, path := range paths {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		var rep bench.CostReport
+		if err := json.Unmarshal(raw, &rep); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if _, dup := costs[rep.Backend]; dup {
+			return nil, fmt.Errorf("%s: a second costs run of %s", path, rep.Backend)
+		}
+		fit, err := bench.SimCostsFrom(rep, rep.Backend)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		logf("simulated %s costs fitted to %s: %+v", rep.Backend, path, fit.Costs)
+		costs[rep.Backend] = fit.Costs
+	}
+	return bench.SimBackendOf(costs, store)
 }
 
 // runCosts runs the costs scenario: what each operation class costs the
