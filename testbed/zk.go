@@ -79,7 +79,17 @@ type ZKOptions struct {
 	// ensemble's configuration (/zookeeper/config) names the client ports
 	// that Endpoints returns, and the network faults do nothing.
 	Reconfig bool
+	// ExtendedTypes lets clients create TTL znodes
+	// (zookeeper.extendedTypesEnabled).
+	ExtendedTypes bool
+	// FourLetterWords is the servers' 4lw.commands.whitelist. Default
+	// DefaultFourLetterWords.
+	FourLetterWords []string
 }
+
+// DefaultFourLetterWords are the four-letter words the test bed's servers
+// allow: the router's probe (srvr) and what the test bed reads.
+var DefaultFourLetterWords = []string{"srvr", "stat", "ruok", "mntr", "conf", "cons"}
 
 // ZKCluster is a ZooKeeper ensemble of real QuorumPeerMain JVMs on
 // 127.0.0.1. Every client link and every peer link (quorum and election)
@@ -128,6 +138,12 @@ func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
 	}
 	if opts.TickTime == 0 {
 		opts.TickTime = 2 * time.Second
+	}
+	if opts.FourLetterWords == nil {
+		opts.FourLetterWords = DefaultFourLetterWords
+	}
+	if !slices.Contains(opts.FourLetterWords, "srvr") && !slices.Contains(opts.FourLetterWords, "stat") {
+		return nil, fmt.Errorf("testbed: four-letter words %v: the test bed needs srvr or stat to see a server serve", opts.FourLetterWords)
 	}
 	if opts.HeapMB == 0 {
 		opts.HeapMB = 192
@@ -271,7 +287,11 @@ func (c *ZKCluster) writeConfig(s *ZKServer, peerProxy [][][2]int) error {
 	// not disks. No admin server (Jetty on 8080 would clash between servers).
 	b.WriteString("forceSync=no\nadmin.enableServer=false\n")
 	fmt.Fprintf(&b, "maxClientCnxns=%d\n", c.opts.MaxClientCnxns)
-	b.WriteString("4lw.commands.whitelist=srvr,stat,ruok,mntr,conf,cons\n")
+	fmt.Fprintf(&b, "4lw.commands.whitelist=%s\n", strings.Join(c.opts.FourLetterWords, ","))
+	if c.opts.ExtendedTypes {
+		// zoo.cfg's unknown keys become zookeeper.* system properties.
+		b.WriteString("extendedTypesEnabled=true\n")
+	}
 	if c.tls != nil {
 		// Netty serves both ports; the stores are PEM files.
 		fmt.Fprintf(&b, "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n"+

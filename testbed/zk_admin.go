@@ -3,6 +3,7 @@ package testbed
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -46,9 +47,14 @@ func (c *ZKCluster) FourLetter(ctx context.Context, i int, cmd string) ([]byte, 
 	return b, nil
 }
 
-// Srvr returns server i's srvr answer.
+// Srvr returns server i's srvr answer (stat's, which holds the same
+// lines, where FourLetterWords leave srvr out).
 func (c *ZKCluster) Srvr(ctx context.Context, i int) (zk4lw.Srvr, error) {
-	b, err := c.FourLetter(ctx, i, "srvr")
+	word := "srvr"
+	if !slices.Contains(c.opts.FourLetterWords, word) {
+		word = "stat"
+	}
+	b, err := c.FourLetter(ctx, i, word)
 	if err != nil {
 		return zk4lw.Srvr{}, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/oproute/oproute/internal/members"
+	"github.com/oproute/oproute/internal/zk4lw"
 	"github.com/oproute/oproute/router"
 )
 
@@ -31,6 +32,13 @@ var (
 	// ErrUnreachable: no server answered within the connect timeout. It
 	// wraps router.ErrUnreachable.
 	ErrUnreachable = fmt.Errorf("oproute/zk: %w", router.ErrUnreachable)
+	// ErrSrvrNotAllowed: a server refused srvr, the four-letter word the
+	// router probes it with: it must be in the server's
+	// 4lw.commands.whitelist (whose default, where it is unset, is srvr
+	// alone since ZooKeeper 3.5.3; a list that leaves it out refuses it).
+	// Connect's ErrUnreachable wraps it when that is why no server
+	// answered.
+	ErrSrvrNotAllowed = fmt.Errorf("oproute/zk: srvr refused: add it to the servers' 4lw.commands.whitelist: %w", zk4lw.ErrNotAllowed)
 	// ErrClosed: the Conn is closed. It wraps router.ErrClosed and
 	// zk.ErrClosing, which go-zookeeper returns in the same case.
 	ErrClosed = fmt.Errorf("oproute/zk: %w (%w)", router.ErrClosed, zk.ErrClosing)
@@ -52,6 +60,8 @@ type Conn struct {
 	cfgVersion     uint64     // the newest configuration applied (its zxid)
 	sessionTimeout time.Duration
 	o              options
+	lastProbeErr   atomic.Pointer[error] // why the last failed probe failed, for Connect's error
+	log            swapLogger            // go-zookeeper's, o.logger until SetLogger
 
 	primary *session
 	memMu   sync.Mutex
@@ -133,6 +143,7 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	}
 	c := &Conn{sessionTimeout: sessionTimeout, o: o,
 		events: make(chan zk.Event, eventBuffer), done: make(chan struct{})}
+	c.log.set(o.logger)
 	srv := &serverList{members: ms, byAddr: byAddr, retired: make([]bool, len(ms))}
 	for _, m := range ms {
 		srv.addrs = append(srv.addrs, m.Addr)
@@ -171,6 +182,9 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	if err := r.WaitProbed(o.connectTimeout); err != nil {
 		r.Close()
 		c.stopCallbacks()
+		if last := c.lastProbeErr.Load(); last != nil {
+			return nil, nil, fmt.Errorf("%w within %v: %v (last probe: %w)", ErrUnreachable, o.connectTimeout, srv.addrs, *last)
+		}
 		return nil, nil, fmt.Errorf("%w within %v: %v", ErrUnreachable, o.connectTimeout, srv.addrs)
 	}
 	if c.primary, err = c.newSession("primary", -1, c.onPrimaryEvent); err != nil {
@@ -230,7 +244,7 @@ func (c *Conn) Close() {
 		wg.Go(func() {
 			s.gate.open()
 			if !s.end(deadline) {
-				c.o.logger.Printf("oproute/zk: session %s: go-zookeeper's goroutines did not end within %v of Close", s.name, closeWait)
+				c.log.Printf("oproute/zk: session %s: go-zookeeper's goroutines did not end within %v of Close", s.name, closeWait)
 			}
 		})
 	}

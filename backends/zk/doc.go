@@ -2,7 +2,8 @@
 // (github.com/go-zookeeper/zk) whose operations are routed by what they ask
 // of ZAB:
 //
-//   - Writes (Create, Set, Delete, Multi, SetACL) go to the leader, which
+//   - Writes (Create, CreateContainer, CreateTTL, Set, Delete, Multi,
+//     SetACL, Reconfig, IncrementalReconfig) go to the leader, which
 //     orders them; a follower would only forward them.
 //
 //   - Linearizable reads (Get, Exists, Children, their watch variants,
@@ -18,6 +19,17 @@
 //     (a Multi holding one version check of "/" at any version, committed
 //     through the leader like a write, changing nothing) in place of the
 //     sync, then the read.
+//
+// API is *zk.Conn's method set, which Conn has too (the compiler checks
+// both): code typed on it moves from go-zookeeper to Conn by its Connect
+// call alone. Each call to the ensemble has a Context variant bounded by a
+// context, which go-zookeeper lacks.
+//
+// The router probes each server with the srvr four-letter word, so srvr
+// must be in the servers' 4lw.commands.whitelist (ZooKeeper's default
+// since 3.5.3, where the list is unset, is srvr alone). Servers that refuse
+// it cannot be probed: Connect fails with ErrUnreachable wrapping
+// ErrSrvrNotAllowed.
 //
 // # Read consistency
 //
@@ -178,8 +190,8 @@
 // (zk.ErrNoNode, zk.ErrNodeExists, zk.ErrBadVersion…), so err == zk.ErrNoNode
 // and errors.Is keep working. The Conn's own conditions are ErrClosed (also
 // errors.Is zk.ErrClosing), ErrUnreachable, ErrNoServers, ErrInvalidServer,
-// ErrMultiRolledBack and the router's configuration errors; a cancelled or
-// expired context returns ctx.Err().
+// ErrMultiRolledBack, ErrSrvrNotAllowed and the router's configuration
+// errors; a cancelled or expired context returns ctx.Err().
 //
 // # Policies
 //

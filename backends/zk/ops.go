@@ -184,6 +184,37 @@ func (c *Conn) CreateProtectedEphemeralSequentialContext(ctx context.Context, pa
 	})
 }
 
+// CreateContainer creates a container znode (flags must include
+// zk.FlagContainer, as go-zookeeper asks), which the server deletes once
+// its last child is gone. Not bound to the session: routed as a write.
+func (c *Conn) CreateContainer(path string, data []byte, flags int32, acl []zk.ACL) (string, error) {
+	return c.CreateContainerContext(context.Background(), path, data, flags, acl)
+}
+
+// CreateContainerContext is CreateContainer bounded by ctx.
+func (c *Conn) CreateContainerContext(ctx context.Context, path string, data []byte, flags int32, acl []zk.ACL) (string, error) {
+	return write(c, ctx, false, func(z *zk.Conn) (string, error) {
+		return z.CreateContainer(path, data, flags, acl)
+	})
+}
+
+// CreateTTL creates a znode the server deletes once it has had no child
+// and no change for ttl (flags zk.FlagTTL, with zk.FlagSequence or not).
+// The servers must allow extended types (zookeeper.extendedTypesEnabled):
+// else they refuse it as unimplemented, an error go-zookeeper has no
+// value for ("unknown error: -6"). Not bound to the session: routed as a
+// write.
+func (c *Conn) CreateTTL(path string, data []byte, flags int32, acl []zk.ACL, ttl time.Duration) (string, error) {
+	return c.CreateTTLContext(context.Background(), path, data, flags, acl, ttl)
+}
+
+// CreateTTLContext is CreateTTL bounded by ctx.
+func (c *Conn) CreateTTLContext(ctx context.Context, path string, data []byte, flags int32, acl []zk.ACL, ttl time.Duration) (string, error) {
+	return write(c, ctx, false, func(z *zk.Conn) (string, error) {
+		return z.CreateTTL(path, data, flags, acl, ttl)
+	})
+}
+
 // Set writes a znode's data if its version matches (-1 for any).
 func (c *Conn) Set(path string, data []byte, version int32) (*zk.Stat, error) {
 	return c.SetContext(context.Background(), path, data, version)
@@ -292,4 +323,29 @@ func (c *Conn) AddAuthContext(ctx context.Context, scheme string, auth []byte) e
 	c.credsMu.Unlock()
 	p.authed.Add(1)
 	return nil
+}
+
+// Reconfig replaces the ensemble's membership with members (server.N=…
+// lines as ZooKeeper's reconfig takes them) if its configuration version
+// is version (-1 for any). The servers must have reconfigEnabled, else it
+// fails with zk.ErrReconfigDisabled. Routed as a write, to the leader.
+func (c *Conn) Reconfig(members []string, version int64) (*zk.Stat, error) {
+	return c.ReconfigContext(context.Background(), members, version)
+}
+
+// ReconfigContext is Reconfig bounded by ctx.
+func (c *Conn) ReconfigContext(ctx context.Context, members []string, version int64) (*zk.Stat, error) {
+	return write(c, ctx, false, func(z *zk.Conn) (*zk.Stat, error) { return z.Reconfig(members, version) })
+}
+
+// IncrementalReconfig adds the joining servers (server.N=… lines) to the
+// ensemble and removes the leaving ones (by server ID), as Reconfig does
+// for a whole membership.
+func (c *Conn) IncrementalReconfig(joining, leaving []string, version int64) (*zk.Stat, error) {
+	return c.IncrementalReconfigContext(context.Background(), joining, leaving, version)
+}
+
+// IncrementalReconfigContext is IncrementalReconfig bounded by ctx.
+func (c *Conn) IncrementalReconfigContext(ctx context.Context, joining, leaving []string, version int64) (*zk.Stat, error) {
+	return write(c, ctx, false, func(z *zk.Conn) (*zk.Stat, error) { return z.IncrementalReconfig(joining, leaving, version) })
 }

@@ -119,9 +119,13 @@ func (c *Conn) probe(ctx context.Context, m router.Member) (router.ProbeResult, 
 	if !ok || srv.probes[idx] == nil {
 		return router.ProbeResult{}, fmt.Errorf("oproute/zk: %s is no longer a server of the Conn", m.ID)
 	}
-	return srv.probes[idx].get(ctx, c.probeMaxAge, func(ctx context.Context) (router.ProbeResult, error) {
+	res, err := srv.probes[idx].get(ctx, c.probeMaxAge, func(ctx context.Context) (router.ProbeResult, error) {
 		return c.srvr(ctx, m.Addr)
 	})
+	if err != nil {
+		c.lastProbeErr.Store(&err) // shared probes' too: Connect names the cause
+	}
+	return res, err
 }
 
 func (c *Conn) srvr(ctx context.Context, addr string) (router.ProbeResult, error) {
@@ -135,6 +139,9 @@ func (c *Conn) srvr(ctx context.Context, addr string) (router.ProbeResult, error
 	b, err := zk4lw.Send(ctx, dial, addr, "srvr")
 	if errors.Is(err, zk4lw.ErrNotServing) {
 		return router.ProbeResult{NotServing: true}, nil
+	}
+	if errors.Is(err, zk4lw.ErrNotAllowed) {
+		err = fmt.Errorf("%w: %s", ErrSrvrNotAllowed, addr)
 	}
 	if err != nil {
 		return router.ProbeResult{}, err

@@ -67,7 +67,7 @@ func (c *Conn) newSession(name string, home int, onEvent zk.EventCallback) (*ses
 	conn, events, err := zk.Connect(c.servers().addrs, c.sessionTimeout,
 		zk.WithHostProvider(s),
 		zk.WithDialer(s.dial),
-		zk.WithLogger(c.o.logger),
+		zk.WithLogger(&c.log),
 		zk.WithLogInfo(false),
 		zk.WithEventCallback(onEvent))
 	if err != nil {

@@ -20,6 +20,11 @@ import (
 // instance is not currently serving requests").
 var ErrNotServing = errors.New("zk4lw: server not serving requests")
 
+// ErrNotAllowed: the server refused the command, which is not in its
+// 4lw.commands.whitelist ("srvr is not executed because it is not in the
+// whitelist.").
+var ErrNotAllowed = errors.New("zk4lw: command not in the server's 4lw.commands.whitelist")
+
 // Dialer opens the connection a command goes over.
 type Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 
@@ -50,6 +55,9 @@ func Send(ctx context.Context, dial Dialer, addr, cmd string) ([]byte, error) {
 	}
 	if bytes.Contains(b, []byte("not currently serving requests")) {
 		return b, fmt.Errorf("zk4lw %s %s: %w", cmd, addr, ErrNotServing)
+	}
+	if bytes.Contains(b, []byte("is not executed because it is not in the whitelist")) {
+		return b, fmt.Errorf("zk4lw %s %s: %w", cmd, addr, ErrNotAllowed)
 	}
 	if len(b) == 0 {
 		return nil, fmt.Errorf("zk4lw %s %s: empty answer (is %q in 4lw.commands.whitelist?)", cmd, addr, cmd)
