@@ -3,7 +3,6 @@ package testbed
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -47,14 +46,9 @@ func (c *ZKCluster) FourLetter(ctx context.Context, i int, cmd string) ([]byte, 
 	return b, nil
 }
 
-// Srvr returns server i's srvr answer (stat's, which holds the same
-// lines, where FourLetterWords leave srvr out).
+// Srvr returns server i's srvr answer.
 func (c *ZKCluster) Srvr(ctx context.Context, i int) (zk4lw.Srvr, error) {
-	word := "srvr"
-	if !slices.Contains(c.opts.FourLetterWords, word) {
-		word = "stat"
-	}
-	b, err := c.FourLetter(ctx, i, word)
+	b, err := c.FourLetter(ctx, i, "srvr")
 	if err != nil {
 		return zk4lw.Srvr{}, err
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/oproute/oproute/internal/members"
-	"github.com/oproute/oproute/internal/zk4lw"
 	"github.com/oproute/oproute/router"
 )
 
@@ -32,13 +31,6 @@ var (
 	// ErrUnreachable: no server answered within the connect timeout. It
 	// wraps router.ErrUnreachable.
 	ErrUnreachable = fmt.Errorf("oproute/zk: %w", router.ErrUnreachable)
-	// ErrSrvrNotAllowed: a server refused srvr, the four-letter word the
-	// router probes it with: it must be in the server's
-	// 4lw.commands.whitelist (whose default, where it is unset, is srvr
-	// alone since ZooKeeper 3.5.3; a list that leaves it out refuses it).
-	// Connect's ErrUnreachable wraps it when that is why no server
-	// answered.
-	ErrSrvrNotAllowed = fmt.Errorf("oproute/zk: srvr refused: add it to the servers' 4lw.commands.whitelist: %w", zk4lw.ErrNotAllowed)
 	// ErrClosed: the Conn is closed. It wraps router.ErrClosed and
 	// zk.ErrClosing, which go-zookeeper returns in the same case.
 	ErrClosed = fmt.Errorf("oproute/zk: %w (%w)", router.ErrClosed, zk.ErrClosing)
@@ -60,7 +52,7 @@ type Conn struct {
 	cfgVersion     uint64     // the newest configuration applied (its zxid)
 	sessionTimeout time.Duration
 	o              options
-	lastProbeErr   atomic.Pointer[error] // why the last failed probe failed, for Connect's error
+	lastProbeErr   atomic.Pointer[error] // why a probe failed last while connecting, for Connect's error
 	log            swapLogger            // go-zookeeper's, o.logger until SetLogger
 
 	primary *session
@@ -180,9 +172,11 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	c.r = r
 	deadline := time.Now().Add(o.connectTimeout)
 	if err := r.WaitProbed(o.connectTimeout); err != nil {
+		last := c.lastProbeErr.Load() // before Close cancels the probes under way
 		r.Close()
 		c.stopCallbacks()
-		if last := c.lastProbeErr.Load(); last != nil {
+		c.releaseProbes()
+		if last != nil {
 			return nil, nil, fmt.Errorf("%w within %v: %v (last probe: %w)", ErrUnreachable, o.connectTimeout, srv.addrs, *last)
 		}
 		return nil, nil, fmt.Errorf("%w within %v: %v", ErrUnreachable, o.connectTimeout, srv.addrs)
@@ -190,6 +184,7 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	if c.primary, err = c.newSession("primary", -1, c.onPrimaryEvent); err != nil {
 		r.Close()
 		c.stopCallbacks()
+		c.releaseProbes()
 		return nil, nil, fmt.Errorf("oproute/zk: %w", err)
 	}
 	c.started.Store(true)

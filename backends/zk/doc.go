@@ -25,11 +25,10 @@
 // call alone. Each call to the ensemble has a Context variant bounded by a
 // context, which go-zookeeper lacks.
 //
-// The router probes each server with the srvr four-letter word, so srvr
-// must be in the servers' 4lw.commands.whitelist (ZooKeeper's default
-// since 3.5.3, where the list is unset, is srvr alone). Servers that refuse
-// it cannot be probed: Connect fails with ErrUnreachable wrapping
-// ErrSrvrNotAllowed.
+// The router probes each server with the srvr four-letter word, which
+// ZooKeeper answers whatever its 4lw.commands.whitelist says (3.5.3 on
+// always adds srvr to it): no server setting is needed. When Connect
+// fails with ErrUnreachable, it wraps why the last probe failed.
 //
 // # Read consistency
 //
@@ -190,8 +189,8 @@
 // (zk.ErrNoNode, zk.ErrNodeExists, zk.ErrBadVersion…), so err == zk.ErrNoNode
 // and errors.Is keep working. The Conn's own conditions are ErrClosed (also
 // errors.Is zk.ErrClosing), ErrUnreachable, ErrNoServers, ErrInvalidServer,
-// ErrMultiRolledBack, ErrSrvrNotAllowed and the router's configuration
-// errors; a cancelled or expired context returns ctx.Err().
+// ErrMultiRolledBack and the router's configuration errors; a cancelled or
+// expired context returns ctx.Err().
 //
 // # Policies
 //

@@ -2,6 +2,7 @@ package zk
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -184,32 +185,44 @@ func (c *Conn) CreateProtectedEphemeralSequentialContext(ctx context.Context, pa
 	})
 }
 
-// CreateContainer creates a container znode (flags must include
-// zk.FlagContainer, as go-zookeeper asks), which the server deletes once
-// its last child is gone. Not bound to the session: routed as a write.
+// CreateContainer creates a container znode (flags zk.FlagContainer, as
+// go-zookeeper asks): the servers delete it at their first check
+// (znode.container.checkIntervalMs, 60 s by default) after its last child
+// is gone; one that never had a child stays. Not bound to the session:
+// routed as a write. Other flags fail with an error wrapping
+// zk.ErrInvalidFlags, sent nowhere.
 func (c *Conn) CreateContainer(path string, data []byte, flags int32, acl []zk.ACL) (string, error) {
 	return c.CreateContainerContext(context.Background(), path, data, flags, acl)
 }
 
 // CreateContainerContext is CreateContainer bounded by ctx.
 func (c *Conn) CreateContainerContext(ctx context.Context, path string, data []byte, flags int32, acl []zk.ACL) (string, error) {
+	if flags != zk.FlagContainer {
+		return "", fmt.Errorf("oproute/zk: CreateContainer with flags %d, want zk.FlagContainer: %w", flags, zk.ErrInvalidFlags)
+	}
 	return write(c, ctx, false, func(z *zk.Conn) (string, error) {
 		return z.CreateContainer(path, data, flags, acl)
 	})
 }
 
-// CreateTTL creates a znode the server deletes once it has had no child
-// and no change for ttl (flags zk.FlagTTL, with zk.FlagSequence or not).
+// CreateTTL creates a znode (flags zk.FlagTTL, or
+// zk.FlagPersistentSequentialWithTTL for a sequential one) that the
+// servers delete at a check (znode.container.checkIntervalMs, 60 s by
+// default) once it has no child and its last change is older than ttl.
 // The servers must allow extended types (zookeeper.extendedTypesEnabled):
 // else they refuse it as unimplemented, an error go-zookeeper has no
 // value for ("unknown error: -6"). Not bound to the session: routed as a
-// write.
+// write. Other flags fail with an error wrapping zk.ErrInvalidFlags, sent
+// nowhere.
 func (c *Conn) CreateTTL(path string, data []byte, flags int32, acl []zk.ACL, ttl time.Duration) (string, error) {
 	return c.CreateTTLContext(context.Background(), path, data, flags, acl, ttl)
 }
 
 // CreateTTLContext is CreateTTL bounded by ctx.
 func (c *Conn) CreateTTLContext(ctx context.Context, path string, data []byte, flags int32, acl []zk.ACL, ttl time.Duration) (string, error) {
+	if flags != zk.FlagTTL && flags != zk.FlagPersistentSequentialWithTTL {
+		return "", fmt.Errorf("oproute/zk: CreateTTL with flags %d, want zk.FlagTTL or zk.FlagPersistentSequentialWithTTL: %w", flags, zk.ErrInvalidFlags)
+	}
 	return write(c, ctx, false, func(z *zk.Conn) (string, error) {
 		return z.CreateTTL(path, data, flags, acl, ttl)
 	})
@@ -327,8 +340,12 @@ func (c *Conn) AddAuthContext(ctx context.Context, scheme string, auth []byte) e
 
 // Reconfig replaces the ensemble's membership with members (server.N=…
 // lines as ZooKeeper's reconfig takes them) if its configuration version
-// is version (-1 for any). The servers must have reconfigEnabled, else it
-// fails with zk.ErrReconfigDisabled. Routed as a write, to the leader.
+// is version (the hex version= of /zookeeper/config; -1 for any). The
+// servers must have reconfigEnabled, else it fails with
+// zk.ErrReconfigDisabled, and the caller needs WRITE on /zookeeper/config
+// (read-only to all by default: a superuser, or servers with skipACL),
+// else zk.ErrNoAuth. Routed as a write, to the leader. The Conn's own
+// server list follows only with WithEnsembleTracking or SetServers.
 func (c *Conn) Reconfig(members []string, version int64) (*zk.Stat, error) {
 	return c.ReconfigContext(context.Background(), members, version)
 }

@@ -68,13 +68,13 @@ func outcomeOf(ctx context.Context, err error) router.Outcome {
 // codeOutcomes maps the ZooKeeper error codes go-zookeeper has no value for
 // (it reports them as "unknown error: N", the only form in which they reach
 // us) that are not the server's fault; the others (system error, operation
-// or request timeout, connection loss, unknown session, no quorum for a new
-// config) are member faults.
+// or request timeout, connection loss, unknown session) are member faults.
 var codeOutcomes = map[int]router.Outcome{
 	-127: router.Overloaded, // throttled: the server sheds load
 	-2:   router.AppError,   // runtime inconsistency: a Multi op rolled back
 	-5:   router.AppError,   // marshalling error: the request
 	-6:   router.AppError,   // unimplemented: the server does not offer it
+	-13:  router.AppError,   // no quorum of a new configuration is up to date: the ensemble's state
 	-14:  router.AppError,   // reconfiguration in progress
 	-119: router.AppError,   // not read-only
 	-120: router.AppError,   // ephemeral on a local session

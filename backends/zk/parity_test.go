@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	ozk "github.com/oproute/oproute/backends/zk"
+	"github.com/oproute/oproute/internal/zk4lw"
 	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/testbed"
 )
@@ -57,9 +59,9 @@ func TestGoZookeeperParity(t *testing.T) {
 		t.Fatal(err)
 	}
 	routed("CreateTTL", before)
-	// A TTL node's ephemeral owner is 0xFF in its top byte and the TTL in
-	// milliseconds below.
-	if _, st, err := conn.Exists("/ttl"); err != nil || uint64(st.EphemeralOwner)>>56 != 0xff || st.EphemeralOwner&0xffffffffff != time.Hour.Milliseconds() {
+	// A TTL node's ephemeral owner is 0xFF in its top byte, its type (0,
+	// TTL) in the next two and the TTL in milliseconds in the low five.
+	if _, st, err := conn.Exists("/ttl"); err != nil || st.EphemeralOwner != -1<<56|time.Hour.Milliseconds() {
 		t.Errorf("/ttl: stat %+v, %v; want a TTL node of an hour", st, err)
 	}
 
@@ -87,17 +89,72 @@ func TestGoZookeeperParity(t *testing.T) {
 	}
 }
 
-// TestConnectNamesTheWhitelist: servers whose 4lw.commands.whitelist
-// leaves out srvr, the router's probe, refuse it; Connect then fails with
-// ErrUnreachable that names the cause, ErrSrvrNotAllowed.
-func TestConnectNamesTheWhitelist(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{FourLetterWords: []string{"stat", "ruok", "mntr", "conf", "cons"}})
-	conn, _, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithLogger(quiet{}), ozk.WithConnectTimeout(3*time.Second))
-	if err == nil {
-		conn.Close()
-		t.Fatal("Connect succeeded with srvr refused by every server")
+// TestWhitelistAndLogger: ZooKeeper answers srvr, the router's probe,
+// whatever its 4lw.commands.whitelist says, so a Conn connects to servers
+// whose list leaves it out; a word the list leaves out is refused with a
+// text the test bed reads as zk4lw.ErrNotAllowed. Servers without extended
+// types refuse a TTL znode, which is the caller's error, and flags that
+// name no TTL znode are refused before any server sees them. And SetLogger
+// reaches the sessions: their connections reset, go-zookeeper logs it to
+// the new logger.
+func TestWhitelistAndLogger(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{FourLetterWords: []string{"stat", "ruok"}})
+	conn, _ := connect(t, c)
+	if _, err := c.Mntr(t.Context(), 0); !errors.Is(err, zk4lw.ErrNotAllowed) {
+		t.Errorf("mntr, left out of the whitelist: %v, want zk4lw.ErrNotAllowed", err)
 	}
-	if !errors.Is(err, ozk.ErrUnreachable) || !errors.Is(err, ozk.ErrSrvrNotAllowed) {
-		t.Errorf("Connect: %v; want ErrUnreachable naming ErrSrvrNotAllowed", err)
+	if _, _, err := conn.Exists("/"); err != nil {
+		t.Fatal(err)
 	}
+	// Without extended types the servers refuse a TTL znode as
+	// unimplemented: the caller's error, no fault of the leader's.
+	faults := func() (n uint64) {
+		for _, m := range conn.Stats().Members {
+			n += m.Errors[router.Write]
+		}
+		return n
+	}
+	before := faults()
+	if _, err := conn.CreateTTL("/ttl", nil, zk.FlagTTL, zk.WorldACL(zk.PermAll), time.Hour); err == nil {
+		t.Error("CreateTTL succeeded on servers without extended types")
+	}
+	if got := faults(); got != before {
+		t.Errorf("the refused CreateTTL counted as %d member faults", got-before)
+	}
+	if _, err := conn.CreateTTL("/ttl", nil, zk.FlagTTL|zk.FlagSequence, zk.WorldACL(zk.PermAll), time.Hour); !errors.Is(err, zk.ErrInvalidFlags) {
+		t.Errorf("CreateTTL with flags TTL|Sequence: %v, want zk.ErrInvalidFlags", err)
+	}
+	var got logLines
+	conn.SetLogger(&got)
+	for i := range c.Size() {
+		c.ResetClients(i, true)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for got.len() == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond) // polling the logger, not synchronising
+	}
+	for i := range c.Size() {
+		c.ResetClients(i, false)
+	}
+	if got.len() == 0 {
+		t.Error("no line reached the logger SetLogger set while every session's connection was reset")
+	}
+}
+
+// logLines is a zk.Logger that keeps what it is given.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) Printf(format string, args ...any) {
+	l.mu.Lock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+	l.mu.Unlock()
+}
+
+func (l *logLines) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.lines)
 }

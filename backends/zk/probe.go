@@ -122,8 +122,8 @@ func (c *Conn) probe(ctx context.Context, m router.Member) (router.ProbeResult, 
 	res, err := srv.probes[idx].get(ctx, c.probeMaxAge, func(ctx context.Context) (router.ProbeResult, error) {
 		return c.srvr(ctx, m.Addr)
 	})
-	if err != nil {
-		c.lastProbeErr.Store(&err) // shared probes' too: Connect names the cause
+	if err != nil && ctx.Err() == nil && !c.started.Load() {
+		c.lastProbeErr.Store(&err) // for Connect's error: why no server answered
 	}
 	return res, err
 }
@@ -139,9 +139,6 @@ func (c *Conn) srvr(ctx context.Context, addr string) (router.ProbeResult, error
 	b, err := zk4lw.Send(ctx, dial, addr, "srvr")
 	if errors.Is(err, zk4lw.ErrNotServing) {
 		return router.ProbeResult{NotServing: true}, nil
-	}
-	if errors.Is(err, zk4lw.ErrNotAllowed) {
-		err = fmt.Errorf("%w: %s", ErrSrvrNotAllowed, addr)
 	}
 	if err != nil {
 		return router.ProbeResult{}, err

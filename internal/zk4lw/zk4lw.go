@@ -21,8 +21,8 @@ import (
 var ErrNotServing = errors.New("zk4lw: server not serving requests")
 
 // ErrNotAllowed: the server refused the command, which is not in its
-// 4lw.commands.whitelist ("srvr is not executed because it is not in the
-// whitelist.").
+// 4lw.commands.whitelist ("mntr is not executed because it is not in the
+// whitelist."). ZooKeeper never refuses srvr.
 var ErrNotAllowed = errors.New("zk4lw: command not in the server's 4lw.commands.whitelist")
 
 // Dialer opens the connection a command goes over.
@@ -60,7 +60,7 @@ func Send(ctx context.Context, dial Dialer, addr, cmd string) ([]byte, error) {
 		return b, fmt.Errorf("zk4lw %s %s: %w", cmd, addr, ErrNotAllowed)
 	}
 	if len(b) == 0 {
-		return nil, fmt.Errorf("zk4lw %s %s: empty answer (is %q in 4lw.commands.whitelist?)", cmd, addr, cmd)
+		return nil, fmt.Errorf("zk4lw %s %s: empty answer: the connection closed", cmd, addr)
 	}
 	return b, nil
 }
