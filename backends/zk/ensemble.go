@@ -166,7 +166,8 @@ func WithEnsembleTracking() Option { return func(o *options) { o.trackEnsemble =
 // trackEnsemble follows the ensemble's configuration until Close: a watch
 // on EnsembleConfigPath, set again after each change. A configuration it
 // cannot use is logged and kept watched; a read that failed is tried again
-// after a backoff (a second, doubling up to 30 s).
+// after a backoff (a second, doubling up to 30 s, each wait jittered
+// ±20 %).
 func (c *Conn) trackEnsemble() {
 	const maxBackoff = 30 * time.Second
 	backoff, lastErr := time.Second, ""
@@ -186,7 +187,7 @@ func (c *Conn) trackEnsemble() {
 		if ch == nil {
 			select {
 			case <-c.ctx.Done():
-			case <-time.After(backoff):
+			case <-time.After(jitter(backoff)):
 			}
 			backoff = min(2*backoff, maxBackoff)
 			continue

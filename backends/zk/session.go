@@ -157,7 +157,7 @@ func (s *session) Len() int { return len(s.c.servers().active()) }
 
 // Next implements zk.HostProvider: the target first if the session may
 // settle there (settled), then the other members that serve, then the rest. After a full pass without a session it
-// waits a little (10 ms, doubling to 250 ms) and goes on: go-zookeeper's own
+// waits a little (10 ms, doubling to 250 ms, each wait jittered ±20 %) and goes on: go-zookeeper's own
 // retry wait (a second, asked for with retryStart) would delay the return
 // of writes after an election by up to that second. retryStart, which also
 // makes go-zookeeper fail the queued requests with zk.ErrNoServer, comes
@@ -197,7 +197,7 @@ func (s *session) Next() (string, bool) {
 	retry := false
 	if a > 0 && a%n == 0 {
 		select {
-		case <-time.After(s.backoff):
+		case <-time.After(jitter(s.backoff)):
 		case <-s.c.done:
 		}
 		s.backoff = min(2*s.backoff, 250*time.Millisecond)
