@@ -37,28 +37,37 @@ func TestCheck(t *testing.T) {
 		}
 	})
 	t.Run("silent", func(t *testing.T) {
-		// Gaps of 250 ms and 850 ms: a timer 175 ms late on the first
-		// still shows the doubling (at 20 ms and 10 ms, 35 ms late did
-		// not).
-		const q, a = 100 * time.Millisecond, 50 * time.Millisecond
-		var asks, misses atomic.Int32
+		// Each wait runs from the request that missed, so the requests'
+		// own send times show the doubling whatever a busy machine does
+		// to timers: a late timer lengthens a gap, never shortens the
+		// next (misses' times did: 349 ms then 666 ms, for 250 and 850).
+		var misses atomic.Int32
+		var check atomic.Pointer[Check] // the timer's goroutine reads it
 		var mu sync.Mutex
-		var at []time.Time
+		var asked []time.Time
 		c := Start(Config{QuietAfter: q, AnswerWithin: a, QuietMax: 8 * q,
-			Ask: func() error { asks.Add(1); return nil },
-			Missed: func() {
+			Ask: func() error {
+				for check.Load() == nil {
+					time.Sleep(time.Millisecond) // Start has not returned yet
+				}
 				mu.Lock()
-				at = append(at, time.Now())
+				asked = append(asked, time.Unix(0, check.Load().asked.Load()))
 				mu.Unlock()
-				misses.Add(1)
-			}})
-		testutil.Poll(t, 5*time.Second, "four misses", func() bool { return misses.Load() >= 4 })
+				return nil
+			},
+			Missed: func() { misses.Add(1) }})
+		check.Store(c)
+		testutil.Poll(t, 10*time.Second, "four misses", func() bool { return misses.Load() >= 4 })
 		c.Stop()
 		mu.Lock()
 		defer mu.Unlock()
-		// The gaps between misses grow: q+a, then 2q+a, 4q+a (from the request that missed).
-		if g1, g3 := at[1].Sub(at[0]), at[3].Sub(at[2]); g3 < 2*g1 {
-			t.Errorf("gaps between misses %v then %v: the wait did not double", g1, g3)
+		// After k misses the next request waits q·2^k from the last one,
+		// up to QuietMax: 2q, 4q, 8q, 8q.
+		for k := 1; k < min(len(asked), 5); k++ {
+			want := min(q<<k, 8*q)
+			if gap := asked[k].Sub(asked[k-1]); gap < want {
+				t.Errorf("request %d came %v after the one before it, %d missed in a row; want at least %v", k, gap, k, want)
+			}
 		}
 	})
 	t.Run("over", func(t *testing.T) {
