@@ -68,6 +68,7 @@ func (c *cluster) CPUTimes() (members, proxies []time.Duration) {
 }
 
 // ProxiesApart reports whether the members' proxies run in processes of
-// their own, whose CPU CPUTimes tells apart: always for ZooKeeper, for
-// etcd with CPUBudgets.ProxiesApart.
+// their own, whose CPU CPUTimes tells apart: for ZooKeeper always (but
+// with Reconfig, which has no proxies), for etcd with
+// CPUBudgets.ProxiesApart.
 func (c *cluster) ProxiesApart() bool { return c.apartHosts }

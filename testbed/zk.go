@@ -183,7 +183,7 @@ func startZK(ctx context.Context, opts ZKOptions) (_ *ZKCluster, err error) {
 		return nil, err
 	}
 	c.cpu = memberLimits{budgets: opts.CPUBudgets, initial: n, prefix: fmt.Sprintf("oproute-zk-%d", rand.Uint64())}
-	c.apartHosts = true // the JVM cannot host them
+	c.apartHosts = !opts.Reconfig // a proxy host each (the JVM cannot host them), but none with Reconfig
 	for i := range n {
 		if err := c.cpu.grow(i); err != nil {
 			return nil, err
