@@ -37,7 +37,7 @@ type FleetOptions struct {
 	// next member wins).
 	Move bool
 	// Settle is how long the clients run before the window opens: routers
-	// settle (SettleRounds probe rounds) and start-up probes pass.
+	// settle (the router's settling probe rounds) and start-up probes pass.
 	Settle time.Duration
 	// Streams has each client hold long-lived streams for the whole run:
 	// on etcd a watch and a lease's keep-alive (a 60 s lease, the default

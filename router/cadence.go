@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// SettleRounds is how many probe rounds in a row must find nothing to watch
+// settleRounds is how many probe rounds in a row must find nothing to watch
 // before the router probes at Config.StableProbeInterval.
-const SettleRounds = 8
+const settleRounds = 8
 
 // stallTicks is how many rounds in a row a member may answer no call while
 // calls to it hang or are given up before that counts as evidence.
@@ -149,7 +149,7 @@ func (r *Router) settleLocked(prev, next *snapshot, probed bool, now time.Time) 
 		return
 	}
 	r.calm++
-	if r.calm >= SettleRounds {
+	if r.calm >= settleRounds {
 		r.nextProbe = now.Add(r.jitter(r.cfg.StableProbeInterval))
 		r.settled.Store(true)
 	}

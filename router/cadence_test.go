@@ -44,13 +44,13 @@ func (f *fakeCluster) probes() int {
 // settle ticks until the router is settled, and fails past a bound.
 func (tr testRouter) settle(t *testing.T) {
 	t.Helper()
-	for range 4 * SettleRounds {
+	for range 4 * settleRounds {
 		if tr.settled.Load() {
 			return
 		}
 		tr.tick()
 	}
-	t.Fatalf("not settled after %d rounds on a quiet cluster", 4*SettleRounds)
+	t.Fatalf("not settled after %d rounds on a quiet cluster", 4*settleRounds)
 }
 
 // expectUnsettled fails unless the router has left the settled cadence and
@@ -249,7 +249,7 @@ func TestLeaderChangeSeenWhileSettled(t *testing.T) {
 func TestCadenceOffAtOrBelowProbeInterval(t *testing.T) {
 	tr := newCadenceRouter(t)
 	tr.cfg.StableProbeInterval = tr.cfg.ProbeInterval
-	for range 4 * SettleRounds {
+	for range 4 * settleRounds {
 		if !tr.tick() {
 			t.Fatal("a round without probes with the cadence off")
 		}

@@ -54,7 +54,7 @@ type Config struct {
 	// StableProbeInterval is how often the members are probed while the
 	// router is settled: the leader known and unchanged, every member
 	// answering and in the read pool, nothing failing or slow, for
-	// SettleRounds probe rounds in a row. Each wait is jittered by ±20 %
+	// 8 probe rounds in a row. Each wait is jittered by ±20 %
 	// so that a fleet of clients does not probe in step. Evidence (a failed
 	// or stalled call, a response at a newer term, a membership change,
 	// Refresh) brings an immediate probe round and the ProbeInterval rate

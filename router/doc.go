@@ -13,6 +13,16 @@
 // exist to compare against: round_robin (stock etcd), sticky (stock
 // ZooKeeper), leader_only and boltzmann.
 //
+// # Who uses what
+//
+// Applications reach the router through a backend (backends/etcd,
+// backends/zk): they use its Config (through the backend's options), its
+// Stats, the policy names, the context helpers (WithLeader, WithMember,
+// WithPreferredMember) and the error values; they never hold a *Router.
+// The *Router and its methods (Pick, Member, Refresh, SetMembers,
+// WaitProbed, Unanswered, Round and the rest) are the API for a backend's
+// author, who wires a store's client to it.
+//
 // # Shape
 //
 // Deciding and updating are separate, as in grpc-go's balancers. Pick reads an
@@ -149,7 +159,7 @@
 // A probe round runs every ProbeInterval until the router is
 // settled: the leader known and unchanged, every member answering its
 // probes and in the read pool, none failing, slow, busy or stalled (holding
-// calls and finishing none for two rounds), for SettleRounds probe
+// calls and finishing none for two rounds), for 8 probe
 // rounds in a row. Settled, it probes every StableProbeInterval,
 // jittered by ±20 % so that a fleet does not probe in step, and still
 // judges reads every ProbeInterval. A settled round probes the leader

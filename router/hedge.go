@@ -204,12 +204,12 @@ type attemptSlot struct {
 	hedge bool
 }
 
-// HedgeDelay returns how long a read of class op on ctx waits for its answer
+// hedgeDelay returns how long a read of class op on ctx waits for its answer
 // before a hedge goes, and whether it may be hedged: hedging is configured
 // and asked for (by default or on ctx), op is a read, no override pins the
 // call, and enough reads are known to set the delay. Each read asked about
 // earns its share of the budget.
-func (r *Router) HedgeDelay(ctx context.Context, op Op) (time.Duration, bool) {
+func (r *Router) hedgeDelay(ctx context.Context, op Op) (time.Duration, bool) {
 	h := r.hedge
 	if h == nil || !op.IsRead() {
 		return 0, false
@@ -284,7 +284,7 @@ func (r *Router) Hedges() HedgeStats {
 	return HedgeStats{Sent: r.hedge.sent.Load(), Won: r.hedge.won.Load(), Throttled: r.hedge.throttled.Load()}
 }
 
-// Hedge runs one read of class op, hedged when r says so (HedgeDelay):
+// Hedge runs one read of class op, hedged when r says so (hedgeDelay):
 // attempt(ctx, false) at once, which the backend routes as usual (its Pick
 // on this ctx records the member it chose), and, if no answer has come
 // after the delay, attempt(ctx2, true) with ctx2 preferring a second
@@ -297,7 +297,7 @@ func (r *Router) Hedges() HedgeStats {
 // waits for the other, and when both fail the first's error is returned.
 // Without a hedge it is attempt(ctx, false).
 func Hedge[T any](ctx context.Context, r *Router, op Op, attempt func(ctx context.Context, hedge bool) (T, error), answered func(error) bool) (T, error) {
-	delay, ok := r.HedgeDelay(ctx, op)
+	delay, ok := r.hedgeDelay(ctx, op)
 	if !ok {
 		return attempt(ctx, false)
 	}

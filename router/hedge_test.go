@@ -120,7 +120,7 @@ func TestHedgeDelayFromThePoolsQuantile(t *testing.T) {
 	clock := newTimerClock()
 	tr := newTestRouter(t, Config{Clock: clock, Hedge: &HedgeConfig{Enabled: true, Quantile: 0.95}})
 	ctx := context.Background()
-	if _, ok := tr.HedgeDelay(ctx, LinearizableRead); ok {
+	if _, ok := tr.hedgeDelay(ctx, LinearizableRead); ok {
 		t.Fatal("hedging before any read is known")
 	}
 	// Reads of 1..100 ms in equal numbers: the 95th percentile is ~95 ms.
@@ -130,11 +130,11 @@ func TestHedgeDelayFromThePoolsQuantile(t *testing.T) {
 		p.Done(OK)
 	}
 	tr.probeRound()
-	d, ok := tr.HedgeDelay(ctx, LinearizableRead)
+	d, ok := tr.hedgeDelay(ctx, LinearizableRead)
 	if !ok || d < 94*time.Millisecond || d > 97*time.Millisecond {
 		t.Fatalf("delay %v %v, want ~95 ms", d, ok)
 	}
-	if _, ok := tr.HedgeDelay(ctx, StaleRead); ok {
+	if _, ok := tr.hedgeDelay(ctx, StaleRead); ok {
 		t.Fatal("stale reads hedged on linearizable reads' latencies")
 	}
 	for _, c := range []struct {
@@ -148,7 +148,7 @@ func TestHedgeDelayFromThePoolsQuantile(t *testing.T) {
 		{"pinned to a member", WithMember(ctx, "m1"), LinearizableRead},
 		{"pinned to the leader", WithLeader(ctx), LinearizableRead},
 	} {
-		if _, ok := tr.HedgeDelay(c.ctx, c.op); ok {
+		if _, ok := tr.hedgeDelay(c.ctx, c.op); ok {
 			t.Errorf("%s: hedged", c.name)
 		}
 	}
@@ -157,7 +157,7 @@ func TestHedgeDelayFromThePoolsQuantile(t *testing.T) {
 	tr2 := newTestRouter(t, Config{Clock: newTimerClock(), Hedge: &HedgeConfig{Enabled: true, MinDelay: 3 * time.Millisecond}})
 	tr2.run(t, 300, LinearizableRead, flat(100*time.Microsecond))
 	tr2.probeRound()
-	if d, _ := tr2.HedgeDelay(ctx, LinearizableRead); d != 3*time.Millisecond {
+	if d, _ := tr2.hedgeDelay(ctx, LinearizableRead); d != 3*time.Millisecond {
 		t.Fatalf("floored delay = %v, want 3ms", d)
 	}
 
@@ -165,10 +165,10 @@ func TestHedgeDelayFromThePoolsQuantile(t *testing.T) {
 	tr3 := newTestRouter(t, Config{Clock: newTimerClock(), Hedge: &HedgeConfig{}})
 	tr3.run(t, 300, LinearizableRead, flat(time.Millisecond))
 	tr3.probeRound()
-	if _, ok := tr3.HedgeDelay(ctx, LinearizableRead); ok {
+	if _, ok := tr3.hedgeDelay(ctx, LinearizableRead); ok {
 		t.Fatal("hedged without Enabled or an opt-in")
 	}
-	if _, ok := tr3.HedgeDelay(WithHedging(ctx, true), LinearizableRead); !ok {
+	if _, ok := tr3.hedgeDelay(WithHedging(ctx, true), LinearizableRead); !ok {
 		t.Fatal("opt-in not hedged")
 	}
 }
@@ -352,7 +352,7 @@ func TestHedgeWinsKeepTheDelay(t *testing.T) {
 		return time.Millisecond
 	})
 	tr.probeRound()
-	if d, _ := tr.HedgeDelay(context.Background(), LinearizableRead); d != 10*time.Millisecond {
+	if d, _ := tr.hedgeDelay(context.Background(), LinearizableRead); d != 10*time.Millisecond {
 		t.Fatalf("delay = %v, want the P95 (10ms)", d)
 	}
 	for i := range 400 {
@@ -377,7 +377,7 @@ func TestHedgeWinsKeepTheDelay(t *testing.T) {
 			tr.probeRound()
 		}
 	}
-	if d, _ := tr.HedgeDelay(context.Background(), LinearizableRead); d != 10*time.Millisecond {
+	if d, _ := tr.hedgeDelay(context.Background(), LinearizableRead); d != 10*time.Millisecond {
 		t.Fatalf("delay after 40 hedges saved stalled reads = %v, want the pool's 10ms", d)
 	}
 }
@@ -470,7 +470,7 @@ func TestVariantPolicyNames(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, _ := r.HedgeDelay(context.Background(), LinearizableRead)
+		d, _ := r.hedgeDelay(context.Background(), LinearizableRead)
 		if r.Policy() != Hybrid || r.Hedging() != c.hedged || r.cfg.LoadAware != c.loadAware || d != 0 {
 			t.Errorf("%s: policy %s, hedging %v, load-aware %v", c.policy, r.Policy(), r.Hedging(), r.cfg.LoadAware)
 		}

@@ -221,7 +221,7 @@ func (m *machine) calm(t *rapid.T) {
 		*mm = modelMember{rtt: time.Millisecond, read: time.Millisecond}
 	}
 	m.mu.Unlock()
-	for range 4 * SettleRounds {
+	for range 4 * settleRounds {
 		if m.r.settled.Load() {
 			break
 		}
@@ -379,7 +379,7 @@ func (m *machine) hedge(t *rapid.T) {
 		return
 	}
 	op := rapid.SampledFrom([]Op{LinearizableRead, StaleRead}).Draw(t, "op")
-	m.r.HedgeDelay(context.Background(), op)
+	m.r.hedgeDelay(context.Background(), op)
 	exclude := rapid.IntRange(-1, len(m.r.roster().members)-1).Draw(t, "exclude")
 	if mem, ok := m.r.hedgeTarget(op, exclude); ok {
 		i := m.r.indexOf(mem.ID)
