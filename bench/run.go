@@ -75,7 +75,7 @@ type Result struct {
 	// Traffic is the bytes the test bed's proxies forwarded over the
 	// measurement window, nil when unknown: a cluster not on the test bed,
 	// or a member that could not tell (an etcd member paused at either end
-	// of the window, its proxies frozen with it).
+	// of the window, its proxies frozen with it unless they run apart).
 	Traffic *Traffic `json:"traffic,omitempty"`
 
 	// Workload is the trial's workload, as its variant set it: --resume

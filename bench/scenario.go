@@ -300,7 +300,8 @@ const (
 )
 
 // tailScenario is the same-zone follower stalling intermittently (SIGSTOP,
-// its proxies frozen with it), fast between stalls, as a JVM in GC pauses
+// an etcd member's proxies frozen with it unless they run apart), fast
+// between stalls, as a JVM in GC pauses
 // or a member compacting: on backend ("": --backend).
 func tailScenario(name, backend string, degradedMember int) scenarioDef {
 	st := &staller{member: degradedMember}

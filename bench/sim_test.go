@@ -70,7 +70,7 @@ func TestSimulatedScenario(t *testing.T) {
 // that store's costs, the placeholders where it has none.
 func TestSimBackendOfTakesEachStoresCosts(t *testing.T) {
 	e, z := SimCosts(), SimCosts()
-	z.Write = 999 * time.Microsecond
+	e.Write, z.Write = 111*time.Microsecond, 999*time.Microsecond
 	for _, tc := range []struct {
 		costs map[string]sim.Costs
 		want  sim.Costs

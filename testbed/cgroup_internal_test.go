@@ -315,7 +315,8 @@ func TestEtcdProxiesApart(t *testing.T) {
 	if got := c.Member(1).ProxyPID(); got != proxyPID {
 		t.Errorf("after m1's restart its proxies run as %d, want %d", got, proxyPID)
 	}
-	if err := get(10 * time.Second); err != nil {
+	// gRPC backed off while the proxies accepted and closed its dials.
+	if err := get(30 * time.Second); err != nil {
 		t.Errorf("through m1's proxies after its restart: %v", err)
 	}
 	if err := c.Close(); err != nil {

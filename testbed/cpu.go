@@ -56,9 +56,9 @@ func cpuOf(pid int) time.Duration {
 // (CPUTime) and, of that, what its proxies apart from its server process
 // have (ProxyCPUTime).
 func (c *cluster) CPUTimes() (members, proxies []time.Duration) {
-	c.netMu.Lock() // grow appends to nodes under it
+	c.nodesMu.Lock() // not netMu: a network change holds it for its broadcast
 	nodes := slices.Clone(c.nodes)
-	c.netMu.Unlock()
+	c.nodesMu.Unlock()
 	members, proxies = make([]time.Duration, len(nodes)), make([]time.Duration, len(nodes))
 	for i, n := range nodes {
 		proxies[i] = n.ProxyCPUTime()

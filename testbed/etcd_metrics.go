@@ -110,6 +110,7 @@ func fetchGRPC(ctx context.Context, hc *http.Client, clientURL, family string) (
 }
 
 // ClientConnections returns how many connections clients have opened to
-// the member (through its client proxy) since its process started, 0 when
-// it is not running.
+// the member (through its client proxy) since the process hosting its
+// proxies started (its own, or its proxy host with ProxiesApart, which
+// outlives a kill), 0 when that is not running.
 func (m *EtcdMember) ClientConnections() uint64 { return m.clientConnections() }

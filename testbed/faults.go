@@ -34,9 +34,10 @@ type Faults interface {
 // which every member's proxies shape by, the fault knobs, and what the two
 // share of their lifetime (the directory, Close).
 type cluster struct {
-	netMu sync.Mutex // serialises changes of net and their broadcast
-	net   *netState
-	nodes []*server // the members' processes, in member order
+	netMu   sync.Mutex // serialises changes of net and their broadcast
+	net     *netState
+	nodes   []*server  // the members' processes, in member order
+	nodesMu sync.Mutex // guards nodes' growth for readers that must not wait behind a broadcast (CPUTimes)
 
 	dir     string    // data, configs and logs
 	ownDir  bool      // made by the testbed: Close removes it
@@ -107,7 +108,9 @@ func (c *cluster) setNet(change func(*netState)) {
 // and tells the running members' proxies.
 func (c *cluster) grow(node *server, i int, zone, id string) {
 	c.netMu.Lock()
+	c.nodesMu.Lock()
 	c.nodes = append(c.nodes, node)
+	c.nodesMu.Unlock()
 	c.netMu.Unlock()
 	c.setNet(func(n *netState) {
 		n.Topo.Zones = append(n.Topo.Zones, zone)
