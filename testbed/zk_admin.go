@@ -46,6 +46,11 @@ func (c *ZKCluster) FourLetter(ctx context.Context, i int, cmd string) ([]byte, 
 	return b, nil
 }
 
+// ErrFourLetterWordRefused: a server refused a four-letter word its
+// 4lw.commands.whitelist leaves out (ZKOptions.FourLetterWords): Mntr
+// without mntr, say.
+var ErrFourLetterWordRefused = zk4lw.ErrNotAllowed
+
 // Srvr returns server i's srvr answer.
 func (c *ZKCluster) Srvr(ctx context.Context, i int) (zk4lw.Srvr, error) {
 	b, err := c.FourLetter(ctx, i, "srvr")

@@ -12,7 +12,6 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	ozk "github.com/oproute/oproute/backends/zk"
-	"github.com/oproute/oproute/internal/zk4lw"
 	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/testbed"
 )
@@ -92,7 +91,7 @@ func TestGoZookeeperParity(t *testing.T) {
 // TestWhitelistAndLogger: ZooKeeper answers srvr, the router's probe,
 // whatever its 4lw.commands.whitelist says, so a Conn connects to servers
 // whose list leaves it out; a word the list leaves out is refused with a
-// text the test bed reads as zk4lw.ErrNotAllowed. Servers without extended
+// text the test bed reads as ErrFourLetterWordRefused. Servers without extended
 // types refuse a TTL znode, which is the caller's error, and flags that
 // name no TTL znode are refused before any server sees them. And SetLogger
 // reaches the sessions: their connections reset, go-zookeeper logs it to
@@ -100,8 +99,8 @@ func TestGoZookeeperParity(t *testing.T) {
 func TestWhitelistAndLogger(t *testing.T) {
 	c := testbed.StartZKT(t, testbed.ZKOptions{FourLetterWords: []string{"stat", "ruok"}})
 	conn, _ := connect(t, c)
-	if _, err := c.Mntr(t.Context(), 0); !errors.Is(err, zk4lw.ErrNotAllowed) {
-		t.Errorf("mntr, left out of the whitelist: %v, want zk4lw.ErrNotAllowed", err)
+	if _, err := c.Mntr(t.Context(), 0); !errors.Is(err, testbed.ErrFourLetterWordRefused) {
+		t.Errorf("mntr, left out of the whitelist: %v, want testbed.ErrFourLetterWordRefused", err)
 	}
 	if _, _, err := conn.Exists("/"); err != nil {
 		t.Fatal(err)
