@@ -75,6 +75,7 @@ func run() error {
 	cpuProfile := fs.String("cpuprofile", "", "write the client process's CPU profile here")
 	resume := fs.Bool("resume", false, "with --out: take the cells DIR/results.json holds with every policy's trials, measured with the same workload, from there and run only the rest; for a grid cut short (not the fleet scenario)")
 	replot := fs.String("replot", "", "redraw DIR/tables.md and DIR's figures from DIR/results.json (a previous --out), running nothing")
+	calibrate := fs.String("calibrate", "", "BED,SIM: the results.json of a test-bed run and of a simulated one (--sim); print their shared headline ratios side by side, running nothing")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: routebench [flags]\n\nScenarios:\n%s\nFlags:\n", bench.Describe())
 		fs.PrintDefaults()
@@ -90,6 +91,9 @@ func run() error {
 	}
 	if *replot != "" {
 		return replotDir(*replot)
+	}
+	if *calibrate != "" {
+		return calibrateFiles(*calibrate)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -481,6 +485,29 @@ func parseCores(s string) ([]float64, error) {
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// calibrateFiles prints the headline ratios a test-bed run and a
+// simulated one share ("BED,SIM", each a results.json) side by side.
+func calibrateFiles(paths string) error {
+	bedPath, simPath, ok := strings.Cut(paths, ",")
+	if !ok {
+		return fmt.Errorf("--calibrate %q: want BED,SIM", paths)
+	}
+	bed, err := bench.LoadComparisons(bedPath)
+	if err != nil {
+		return err
+	}
+	sim, err := bench.LoadComparisons(simPath)
+	if err != nil {
+		return err
+	}
+	rows := bench.Calibrate(bed, sim)
+	if len(rows) == 0 {
+		return fmt.Errorf("%s and %s share no scenario, variant and topology with the same baseline", bedPath, simPath)
+	}
+	fmt.Print(bench.CalibrationMarkdown(rows))
+	return nil
 }
 
 // replotDir redraws a previous --out directory from its results.json,

@@ -1,0 +1,89 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// CalibrationTolerance is how far a simulated ratio may sit from the test
+// bed's and still match: ±10 %.
+const CalibrationTolerance = 0.10
+
+// calibrationMetrics are the figures a simulation predicts (CPU and
+// traffic it does not measure).
+var calibrationMetrics = []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughput}
+
+// CalibrationRow is one headline ratio (a policy's to its scenario's
+// baseline, paired by trial) on the test bed and simulated.
+type CalibrationRow struct {
+	Scenario, Variant, Topology string
+	Policy, Baseline            string
+	Metric                      string
+	Bed, Sim                    Summary
+}
+
+// Off is how far the simulated ratio's mean sits from the bed's, as a
+// fraction of the bed's (NaN when either is missing).
+func (r CalibrationRow) Off() float64 { return r.Sim.Mean/r.Bed.Mean - 1 }
+
+// Matches reports whether the simulated ratio is within
+// CalibrationTolerance of the bed's, or within the bed's own spread of it
+// (one sd) where that is wider.
+func (r CalibrationRow) Matches() bool {
+	d := math.Abs(r.Sim.Mean - r.Bed.Mean)
+	return d <= math.Max(CalibrationTolerance*math.Abs(r.Bed.Mean), r.Bed.SD)
+}
+
+// Calibrate lines up the headline ratios of the scenarios that bed (a test
+// bed run's comparisons) and sim (a simulated run's) share, by scenario,
+// variant and topology, for every policy both ran against the same
+// baseline.
+func Calibrate(bed, sim []*Comparison) []CalibrationRow {
+	type key struct{ scenario, variant, topology string }
+	simBy := map[key]*Comparison{}
+	for _, c := range sim {
+		simBy[key{c.Scenario, c.Variant, c.Topology}] = c
+	}
+	var rows []CalibrationRow
+	for _, b := range bed {
+		s := simBy[key{b.Scenario, b.Variant, b.Topology}]
+		if s == nil || s.Baseline != b.Baseline {
+			continue
+		}
+		for _, p := range b.Policies {
+			if p == b.Baseline || len(s.Trials[p]) == 0 {
+				continue
+			}
+			for _, m := range calibrationMetrics {
+				row := CalibrationRow{Scenario: b.Scenario, Variant: b.Variant, Topology: b.Topology, Policy: p, Baseline: b.Baseline,
+					Metric: m.Name, Bed: b.Ratio(p, m), Sim: s.Ratio(p, m)}
+				if !math.IsNaN(row.Bed.Mean) && !math.IsNaN(row.Sim.Mean) {
+					rows = append(rows, row)
+				}
+			}
+		}
+	}
+	return rows
+}
+
+// CalibrationMarkdown renders the rows with how many match.
+func CalibrationMarkdown(rows []CalibrationRow) string {
+	var b strings.Builder
+	matched := 0
+	b.WriteString("| Scenario | Variant | Ratio | Metric | Test bed | Simulated | Off | Within ±10 % (or the bed's sd) |\n|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		ok := "no"
+		if r.Matches() {
+			ok, matched = "yes", matched+1
+		}
+		scenario := r.Scenario
+		if r.Topology != "" && r.Topology != "default" {
+			scenario += " (" + r.Topology + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s / %s | %s | %s | %s | %+.0f %% | %s |\n", scenario, r.Variant, r.Policy, r.Baseline, r.Metric,
+			r.Bed.Format(3), r.Sim.Format(3), 100*r.Off(), ok)
+	}
+	fmt.Fprintf(&b, "\n%d of %d ratios within ±10 %% of the test bed's (or within its sd).\n", matched, len(rows))
+	return b.String()
+}
