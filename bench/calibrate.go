@@ -3,7 +3,10 @@ package bench
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
+
+	"github.com/oproute/oproute/router"
 )
 
 // CalibrationTolerance is how far a simulated ratio may sit from the test
@@ -37,29 +40,45 @@ func (r CalibrationRow) Matches() bool {
 
 // Calibrate lines up the headline ratios of the scenarios that bed (a test
 // bed run's comparisons) and sim (a simulated run's) share, by scenario,
-// variant and topology, for every policy both ran against the same
-// baseline.
+// variant and topology (a run that named none ran on the default one):
+// every policy both ran, to the scenario's baseline and to round_robin
+// (the paper's) where both ran it.
 func Calibrate(bed, sim []*Comparison) []CalibrationRow {
 	type key struct{ scenario, variant, topology string }
+	topology := func(c *Comparison) string {
+		if c.Topology == "" {
+			return "default"
+		}
+		return c.Topology
+	}
 	simBy := map[key]*Comparison{}
 	for _, c := range sim {
-		simBy[key{c.Scenario, c.Variant, c.Topology}] = c
+		simBy[key{c.Scenario, c.Variant, topology(c)}] = c
 	}
 	var rows []CalibrationRow
 	for _, b := range bed {
-		s := simBy[key{b.Scenario, b.Variant, b.Topology}]
-		if s == nil || s.Baseline != b.Baseline {
+		s := simBy[key{b.Scenario, b.Variant, topology(b)}]
+		if s == nil {
 			continue
 		}
-		for _, p := range b.Policies {
-			if p == b.Baseline || len(s.Trials[p]) == 0 {
+		refs := []string{b.Baseline}
+		if b.Baseline != router.RoundRobin {
+			refs = append(refs, router.RoundRobin)
+		}
+		for i, ref := range refs {
+			if len(b.Trials[ref]) == 0 || len(s.Trials[ref]) == 0 {
 				continue
 			}
-			for _, m := range calibrationMetrics {
-				row := CalibrationRow{Scenario: b.Scenario, Variant: b.Variant, Topology: b.Topology, Policy: p, Baseline: b.Baseline,
-					Metric: m.Name, Bed: b.Ratio(p, m), Sim: s.Ratio(p, m)}
-				if !math.IsNaN(row.Bed.Mean) && !math.IsNaN(row.Sim.Mean) {
-					rows = append(rows, row)
+			for _, p := range b.Policies {
+				if p == ref || slices.Contains(refs[:i], p) || len(s.Trials[p]) == 0 { // one pair, one way
+					continue
+				}
+				for _, m := range calibrationMetrics {
+					row := CalibrationRow{Scenario: b.Scenario, Variant: b.Variant, Topology: topology(b), Policy: p, Baseline: ref,
+						Metric: m.Name, Bed: b.RatioTo(p, ref, m), Sim: s.RatioTo(p, ref, m)}
+					if !math.IsNaN(row.Bed.Mean) && !math.IsNaN(row.Sim.Mean) {
+						rows = append(rows, row)
+					}
 				}
 			}
 		}
@@ -78,7 +97,7 @@ func CalibrationMarkdown(rows []CalibrationRow) string {
 			ok, matched = "yes", matched+1
 		}
 		scenario := r.Scenario
-		if r.Topology != "" && r.Topology != "default" {
+		if r.Topology != "default" {
 			scenario += " (" + r.Topology + ")"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s / %s | %s | %s | %s | %+.0f %% | %s |\n", scenario, r.Variant, r.Policy, r.Baseline, r.Metric,

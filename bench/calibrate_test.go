@@ -6,9 +6,9 @@ import (
 )
 
 // TestCalibrate: the ratios a bed run and a simulated run share are lined
-// up by scenario, variant and topology, paired by trial in each run, and
-// judged within ±10 % or the bed's own sd; a scenario only one ran, or
-// run against another baseline, is left out.
+// up by scenario, variant and topology (none named is the default),
+// paired by trial in each run, and judged within ±10 % or the bed's own
+// sd; a ratio to a policy only one run has is left out.
 func TestCalibrate(t *testing.T) {
 	run := func(scenario, baseline string, base, pol []float64) *Comparison {
 		c := &Comparison{Scenario: scenario, Variant: "80/20", Baseline: baseline, Policies: []string{baseline, "hybrid"}, Trials: map[string][]Result{}}
@@ -20,11 +20,12 @@ func TestCalibrate(t *testing.T) {
 	}
 	bed := []*Comparison{run("healthy", "round_robin", []float64{10, 10}, []float64{7, 7.4}), run("degraded", "round_robin", []float64{1}, []float64{1})}
 	sim := []*Comparison{run("healthy", "round_robin", []float64{4, 4}, []float64{3.2, 3.2}), run("degraded", "sticky", []float64{1}, []float64{1})}
+	sim[0].Topology = "default" // the bed's names none
 	rows := Calibrate(bed, sim)
 	var write *CalibrationRow
 	for i, r := range rows {
 		if r.Scenario != "healthy" {
-			t.Errorf("row for %s: a scenario run against another baseline", r.Scenario)
+			t.Errorf("row for %s: its simulated run has no round_robin", r.Scenario)
 		}
 		if r.Metric == WriteP50.Name {
 			write = &rows[i]
