@@ -103,6 +103,9 @@ func (r *Router) eventsLocked(prev, next *snapshot, leaderUnsure bool) {
 		case down && !h.downAnnounced && (h.reached || h.probeFailures >= startupProbeFailures):
 			h.downAnnounced = true
 			attrs := []slog.Attr{slog.Int("failed_probes", h.probeFailures)}
+			if h.probeErr != nil {
+				attrs = append(attrs, slog.String("error", h.probeErr.Error()))
+			}
 			if h.probed && h.lastProbe.NotServing {
 				attrs = append(attrs, slog.Bool("not_serving", true))
 			}

@@ -52,6 +52,7 @@ type memberHealth struct {
 
 	// Off the hot path, guarded by Router.mu.
 	probeFailures int
+	probeErr      error // why the last probe failed; nil once one succeeds
 	lastProbe     ProbeResult
 	probed        bool
 	// forgotten: a write pinned to this member as leader failed since its

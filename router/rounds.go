@@ -136,10 +136,11 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64, probed bool) {
 		if o.err != nil {
 			h.probeFailures++
 			h.totalProbeFailures++
+			h.probeErr = o.err
 			h.slowReadRounds, h.slowProbeRounds = 0, 0 // the run needs rounds in a row it answered
 			continue
 		}
-		h.probeFailures = 0
+		h.probeFailures, h.probeErr = 0, nil
 		h.lastProbe, h.probed, h.reached = o.res, true, true
 		h.probedIn = r.rounds.Load()
 		if gen >= h.forgottenAt {

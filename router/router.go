@@ -210,9 +210,24 @@ func (r *Router) Serves(idx int) bool {
 	return slices.Contains(s.serving, idx)
 }
 
+// lastProbeErr returns a member whose last probe failed, and why: the
+// first such member's, in member order.
+func (r *Router) lastProbeErr() (id string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ro := r.roster()
+	for i, h := range ro.health {
+		if h.probeErr != nil && !ro.retired[i] {
+			return ro.members[i].ID, h.probeErr
+		}
+	}
+	return "", nil
+}
+
 // WaitProbed waits until the leader is known or every member has answered
 // a probe, so that routing is right from the first call. It fails with
-// ErrUnreachable only if no member answers within timeout; if some did, it
+// ErrUnreachable only if no member answers within timeout, wrapping why a
+// member's last probe failed (a refused credential, say); if some did, it
 // returns nil (the leader may come later).
 func (r *Router) WaitProbed(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
@@ -230,6 +245,9 @@ func (r *Router) WaitProbed(timeout time.Duration) error {
 		case time.Now().After(deadline):
 			if answered > 0 {
 				return nil
+			}
+			if id, err := r.lastProbeErr(); err != nil {
+				return fmt.Errorf("%w: no member answered within %v (%s: %w)", ErrUnreachable, timeout, id, err)
 			}
 			return fmt.Errorf("%w: no member answered within %v", ErrUnreachable, timeout)
 		}

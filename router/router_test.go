@@ -3,6 +3,8 @@ package router
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -159,5 +161,36 @@ func TestManualRounds(t *testing.T) {
 	bg := newTestRouter(t, Config{})
 	if err := bg.Round(t.Context()); !errors.Is(err, ErrNotManual) {
 		t.Fatalf("Round on a router that probes in the background: %v, want ErrNotManual", err)
+	}
+}
+
+// TestProbeErrorsSaySo: when no member answers its probes, WaitProbed's
+// ErrUnreachable wraps why (a refused credential, say), and the
+// unreachable events carry it.
+func TestProbeErrorsSaySo(t *testing.T) {
+	errDenied := errors.New("permission denied")
+	var events, withoutError atomic.Int32
+	r, err := New(Config{Members: members(3), ProbeInterval: 5 * time.Millisecond,
+		Prober: ProberFunc(func(context.Context, Member) (ProbeResult, error) { return ProbeResult{}, errDenied }),
+		OnEvent: func(e Event) {
+			if e.Kind != EventUnreachable {
+				return
+			}
+			events.Add(1)
+			if !slices.ContainsFunc(e.Attrs, func(a slog.Attr) bool { return a.Key == "error" && a.Value.String() == errDenied.Error() }) {
+				withoutError.Add(1)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	err = r.WaitProbed(100 * time.Millisecond)
+	if !errors.Is(err, ErrUnreachable) || !errors.Is(err, errDenied) {
+		t.Errorf("WaitProbed: %v, want ErrUnreachable wrapping the probes' error", err)
+	}
+	testutil.Poll(t, 10*time.Second, "three unreachable events", func() bool { return events.Load() >= 3 })
+	if n := withoutError.Load(); n > 0 {
+		t.Errorf("%d unreachable events without the probes' error", n)
 	}
 }

@@ -235,7 +235,8 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 // only if no member answers within timeout.
 func (c *Client) waitReachable(timeout time.Duration) error {
 	if err := c.router.WaitProbed(timeout); err != nil {
-		return fmt.Errorf("%w within %v: %v", ErrUnreachable, timeout, c.Endpoints())
+		// The router's error says why the last probe failed.
+		return fmt.Errorf("%w: %v: %w", ErrUnreachable, c.Endpoints(), err)
 	}
 	return nil
 }

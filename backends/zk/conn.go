@@ -52,7 +52,6 @@ type Conn struct {
 	cfgVersion     uint64     // the newest configuration applied (its zxid)
 	sessionTimeout time.Duration
 	o              options
-	lastProbeErr   atomic.Pointer[error] // why a probe failed last while connecting, for Connect's error
 	log            swapLogger            // go-zookeeper's, o.logger until SetLogger
 
 	primary *session
@@ -172,14 +171,11 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	c.r = r
 	deadline := time.Now().Add(o.connectTimeout)
 	if err := r.WaitProbed(o.connectTimeout); err != nil {
-		last := c.lastProbeErr.Load() // before Close cancels the probes under way
 		r.Close()
 		c.stopCallbacks()
 		c.releaseProbes()
-		if last != nil {
-			return nil, nil, fmt.Errorf("%w within %v: %v (last probe: %w)", ErrUnreachable, o.connectTimeout, srv.addrs, *last)
-		}
-		return nil, nil, fmt.Errorf("%w within %v: %v", ErrUnreachable, o.connectTimeout, srv.addrs)
+		// The router's error says why the last probe failed.
+		return nil, nil, fmt.Errorf("%w: %v: %w", ErrUnreachable, srv.addrs, err)
 	}
 	if c.primary, err = c.newSession("primary", -1, c.onPrimaryEvent); err != nil {
 		r.Close()

@@ -119,13 +119,9 @@ func (c *Conn) probe(ctx context.Context, m router.Member) (router.ProbeResult, 
 	if !ok || srv.probes[idx] == nil {
 		return router.ProbeResult{}, fmt.Errorf("oproute/zk: %s is no longer a server of the Conn", m.ID)
 	}
-	res, err := srv.probes[idx].get(ctx, c.probeMaxAge, func(ctx context.Context) (router.ProbeResult, error) {
+	return srv.probes[idx].get(ctx, c.probeMaxAge, func(ctx context.Context) (router.ProbeResult, error) {
 		return c.srvr(ctx, m.Addr)
 	})
-	if err != nil && ctx.Err() == nil && !c.started.Load() {
-		c.lastProbeErr.Store(&err) // for Connect's error: why no server answered
-	}
-	return res, err
 }
 
 func (c *Conn) srvr(ctx context.Context, addr string) (router.ProbeResult, error) {
