@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -43,7 +44,16 @@ type Client struct {
 	zones       map[string]string           // WithZones, for endpoints added later
 	endpoints   []string                    // the endpoints the router's members follow; probing goroutine only
 	leaderWait  time.Duration               // WithLeaderWait
+	onEvent     func(router.Event)          // the router's OnEvent, for the client's own events
+	refused     atomic.Bool                 // EventStatusRefused told
 }
+
+// EventStatusRefused is the client's event (router.Event.Kind) when a
+// member refuses its Status probe for want of credentials (auth enabled,
+// the client has none, or its token lapsed): the router cannot learn the
+// leader, and writes go round robin. Told once per client, with the error;
+// etcd lets any authenticated user call Status, whatever its roles.
+const EventStatusRefused = "etcd_status_refused"
 
 // Sentinel errors, besides the router's (router.ErrDuplicateMember,
 // router.ErrUnknownPolicy, router.ErrInvalidConfig …).
@@ -191,6 +201,7 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 			userRefresh()
 		}
 	}
+	c.onEvent = rcfg.OnEvent
 	r, err := router.New(rcfg)
 	if err != nil {
 		return nil, fmt.Errorf("oproute/etcd: %w", err)
@@ -318,6 +329,9 @@ func (c *Client) probe(ctx context.Context, m router.Member) (router.ProbeResult
 			// it is reachable, but it told us nothing: the leader stays
 			// unknown and writes go round robin; the caller's own calls fail
 			// with etcd's auth error, as with clientv3.
+			if !c.refused.Swap(true) {
+				c.onEvent(router.Event{Kind: EventStatusRefused, Warn: true, Member: m.ID, Attrs: []slog.Attr{slog.String("error", err.Error())}})
+			}
 			return router.ProbeResult{}, nil
 		}
 		return router.ProbeResult{}, fmt.Errorf("status of %s: %w", m.ID, err)
@@ -339,14 +353,11 @@ func (c *Client) probe(ctx context.Context, m router.Member) (router.ProbeResult
 // authRefused reports whether err is etcd refusing an unauthenticated or
 // unauthorised call.
 func authRefused(err error) bool {
-	st, _ := status.FromError(err)
-	switch st.Code() {
+	switch status.Code(err) {
 	case codes.Unauthenticated, codes.PermissionDenied:
 		return true
-	case codes.InvalidArgument:
-		return strings.Contains(st.Message(), "user name is empty")
 	}
-	return false
+	return errors.Is(err, rpctypes.ErrGRPCUserEmpty)
 }
 
 // followEndpoints makes the router's members follow clientv3's endpoints

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
@@ -349,8 +351,12 @@ func TestOverridesAndZonePreference(t *testing.T) {
 }
 
 // TestCredentialsApplyEverywhere enables auth: with the right password the
-// routed client writes (on the leader), reads and probes; with a wrong one
-// New fails, as clientv3.New does.
+// routed client writes (on the leader), reads and probes; so does a user
+// whose one role reads and writes its own prefix alone, the least the
+// router needs (etcd lets any authenticated user call Status). Without
+// credentials calls fail with etcd's error and the client tells, once,
+// that its probes are refused; with a wrong password New fails, as
+// clientv3.New does.
 func TestCredentialsApplyEverywhere(t *testing.T) {
 	c := testbed.StartEtcdT(t, testbed.EtcdOptions{Topology: testbed.FlatTopology(3)})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -363,6 +369,13 @@ func TestCredentialsApplyEverywhere(t *testing.T) {
 	for _, step := range []func() error{
 		func() error { _, err := admin.UserAdd(ctx, "root", "rootpw"); return err },
 		func() error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := admin.RoleAdd(ctx, "app"); return err },
+		func() error {
+			_, err := admin.RoleGrantPermission(ctx, "app", "app/", clientv3.GetPrefixRangeEnd("app/"), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := admin.UserAdd(ctx, "app", "apppw"); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "app", "app"); return err },
 		func() error { _, err := admin.AuthEnable(ctx); return err },
 	} {
 		if err := step(); err != nil {
@@ -387,15 +400,45 @@ func TestCredentialsApplyEverywhere(t *testing.T) {
 	if st := cli.Stats(); st.Leader != c.Endpoints()[leader] || st.Members[leader].Ops[router.Write] != before+1 {
 		t.Fatalf("write not routed to the leader under auth: %+v", st)
 	}
+	// The least privileged user: its prefix only, and routed as root is.
+	appCfg := cfg
+	appCfg.Username, appCfg.Password = "app", "apppw"
+	app, err := etcd.New(appCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	before = app.Stats().Members[leader].Ops[router.Write]
+	if _, err := app.Put(ctx, "app/k", "v"); err != nil {
+		t.Fatalf("Put in the user's prefix: %v", err)
+	}
+	if st := app.Stats(); st.Leader != c.Endpoints()[leader] || st.Members[leader].Ops[router.Write] != before+1 {
+		t.Fatalf("the least privileged user's write not routed to the leader: %+v", st)
+	}
+	if _, err := app.Put(ctx, "auth/k", "v"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("Put outside the user's prefix: %v, want rpctypes.ErrPermissionDenied", err)
+	}
 	// Without credentials: New succeeds (every member answered, refusing),
-	// and calls fail with etcd's own error, as with clientv3.
-	anon, err := etcd.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop(), DialTimeout: 5 * time.Second})
+	// calls fail with etcd's own error, as with clientv3, and the client
+	// says once that its probes are refused.
+	var refused atomic.Int32
+	anon, err := etcd.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop(), DialTimeout: 5 * time.Second},
+		etcd.WithRouterConfig(func(rc *router.Config) {
+			rc.OnEvent = func(e router.Event) {
+				if e.Kind == etcd.EventStatusRefused {
+					refused.Add(1)
+				}
+			}
+		}))
 	if err != nil {
 		t.Fatalf("New without credentials: %v", err)
 	}
 	defer anon.Close()
-	if _, err := anon.Get(ctx, "auth/k"); err == nil || !strings.Contains(err.Error(), "user name is empty") {
-		t.Fatalf("an unauthenticated Get: %v, want etcd's auth error", err)
+	if _, err := anon.Get(ctx, "auth/k"); !errors.Is(err, rpctypes.ErrUserEmpty) {
+		t.Fatalf("an unauthenticated Get: %v, want rpctypes.ErrUserEmpty", err)
+	}
+	if n := refused.Load(); n != 1 {
+		t.Errorf("%d %s events, want one", n, etcd.EventStatusRefused)
 	}
 	cfg.Password = "wrong"
 	if bad, err := etcd.New(cfg); err == nil {

@@ -52,7 +52,7 @@ type Conn struct {
 	cfgVersion     uint64     // the newest configuration applied (its zxid)
 	sessionTimeout time.Duration
 	o              options
-	log            swapLogger            // go-zookeeper's, o.logger until SetLogger
+	log            swapLogger // go-zookeeper's, o.logger until SetLogger
 
 	primary *session
 	memMu   sync.Mutex
