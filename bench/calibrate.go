@@ -21,6 +21,7 @@ var calibrationMetrics = []Metric{ReadP50, ReadP99, WriteP50, WriteP99, Throughp
 // baseline, paired by trial) on the test bed and simulated.
 type CalibrationRow struct {
 	Scenario, Variant, Topology string
+	BedCPU                      string // the bed run's CPU mode (CPUModeName)
 	Policy, Baseline            string
 	Metric                      string
 	Bed, Sim                    Summary
@@ -57,7 +58,7 @@ func Calibrate(bed, sim []*Comparison) []CalibrationRow {
 	}
 	var rows []CalibrationRow
 	for _, b := range bed {
-		s := simBy[key{b.Scenario, b.Variant, topology(b)}]
+		s := simBy[key{b.Scenario, b.Variant, topology(b)}] // one simulated CPU model for each of the bed's modes
 		if s == nil {
 			continue
 		}
@@ -74,7 +75,7 @@ func Calibrate(bed, sim []*Comparison) []CalibrationRow {
 					continue
 				}
 				for _, m := range calibrationMetrics {
-					row := CalibrationRow{Scenario: b.Scenario, Variant: b.Variant, Topology: topology(b), Policy: p, Baseline: ref,
+					row := CalibrationRow{Scenario: b.Scenario, Variant: b.Variant, Topology: topology(b), BedCPU: CPUModeName(b.CPU), Policy: p, Baseline: ref,
 						Metric: m.Name, Bed: b.RatioTo(p, ref, m), Sim: s.RatioTo(p, ref, m)}
 					if !math.IsNaN(row.Bed.Mean) && !math.IsNaN(row.Sim.Mean) {
 						rows = append(rows, row)
@@ -90,7 +91,8 @@ func Calibrate(bed, sim []*Comparison) []CalibrationRow {
 func CalibrationMarkdown(rows []CalibrationRow) string {
 	var b strings.Builder
 	matched := 0
-	b.WriteString("| Scenario | Variant | Ratio | Metric | Test bed | Simulated | Off | Within ±10 % (or the bed's sd) |\n|---|---|---|---|---|---|---|---|\n")
+	tol := fmt.Sprintf("±%.0f %%", 100*CalibrationTolerance)
+	fmt.Fprintf(&b, "| Scenario | Variant | Bed CPU | Ratio | Metric | Test bed | Simulated | Off | Within %s (or the bed's sd) |\n|---|---|---|---|---|---|---|---|---|\n", tol)
 	for _, r := range rows {
 		ok := "no"
 		if r.Matches() {
@@ -100,9 +102,13 @@ func CalibrationMarkdown(rows []CalibrationRow) string {
 		if r.Topology != "default" {
 			scenario += " (" + r.Topology + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s / %s | %s | %s | %s | %+.0f %% | %s |\n", scenario, r.Variant, r.Policy, r.Baseline, r.Metric,
+		cpu := r.BedCPU
+		if cpu == "" {
+			cpu = "–"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s / %s | %s | %s | %s | %+.0f %% | %s |\n", scenario, r.Variant, cpu, r.Policy, r.Baseline, r.Metric,
 			r.Bed.Format(3), r.Sim.Format(3), 100*r.Off(), ok)
 	}
-	fmt.Fprintf(&b, "\n%d of %d ratios within ±10 %% of the test bed's (or within its sd).\n", matched, len(rows))
+	fmt.Fprintf(&b, "\n%d of %d ratios within %s of the test bed's (or within its sd).\n", matched, len(rows), tol)
 	return b.String()
 }

@@ -17,8 +17,10 @@
 //
 // Applications reach the router through a backend (backends/etcd,
 // backends/zk): they use its Config (through the backend's options), its
-// Stats, the policy names, the context helpers (WithLeader, WithMember,
-// WithPreferredMember) and the error values; they never hold a *Router.
+// Stats, the policy names, the error values and the context helpers
+// through the backend's own (WithLeader, WithMember, WithPreferredMember,
+// WithHedging: etcd's add what its streams need); they never hold a
+// *Router.
 // The *Router and its methods (Pick, Member, Refresh, SetMembers,
 // WaitProbed, Unanswered, Round and the rest) are the API for a backend's
 // author, who wires a store's client to it.

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -136,7 +137,9 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64, probed bool) {
 		if o.err != nil {
 			h.probeFailures++
 			h.totalProbeFailures++
-			h.probeErr = o.err
+			if h.probeErr == nil || !errors.Is(o.err, context.DeadlineExceeded) {
+				h.probeErr = o.err // a timeout does not hide why the probes failed before it
+			}
 			h.slowReadRounds, h.slowProbeRounds = 0, 0 // the run needs rounds in a row it answered
 			continue
 		}

@@ -210,6 +210,25 @@ func (r *Router) Serves(idx int) bool {
 	return slices.Contains(s.serving, idx)
 }
 
+// unansweredError is WaitProbed's failure: ErrUnreachable, wrapping why a
+// member's last probe failed, without repeating ErrUnreachable's text
+// (the backends put theirs before it).
+type unansweredError struct {
+	timeout time.Duration
+	member  string
+	cause   error // nil when no probe failed (none came back)
+}
+
+func (e *unansweredError) Error() string {
+	if e.cause == nil {
+		return fmt.Sprintf("no member answered within %v", e.timeout)
+	}
+	return fmt.Sprintf("no member answered within %v (%s: %v)", e.timeout, e.member, e.cause)
+}
+
+func (e *unansweredError) Is(target error) bool { return target == ErrUnreachable }
+func (e *unansweredError) Unwrap() error        { return e.cause }
+
 // lastProbeErr returns a member whose last probe failed, and why: the
 // first such member's, in member order.
 func (r *Router) lastProbeErr() (id string, err error) {
@@ -246,10 +265,8 @@ func (r *Router) WaitProbed(timeout time.Duration) error {
 			if answered > 0 {
 				return nil
 			}
-			if id, err := r.lastProbeErr(); err != nil {
-				return fmt.Errorf("%w: no member answered within %v (%s: %w)", ErrUnreachable, timeout, id, err)
-			}
-			return fmt.Errorf("%w: no member answered within %v", ErrUnreachable, timeout)
+			id, err := r.lastProbeErr()
+			return &unansweredError{timeout: timeout, member: id, cause: err}
 		}
 		time.Sleep(5 * time.Millisecond) // a start-up wait, not on any hot path
 	}

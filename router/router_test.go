@@ -185,6 +185,7 @@ func TestProbeErrorsSaySo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
+	testutil.Poll(t, 10*time.Second, "a failed probe applied", func() bool { _, err := r.lastProbeErr(); return err != nil })
 	err = r.WaitProbed(100 * time.Millisecond)
 	if !errors.Is(err, ErrUnreachable) || !errors.Is(err, errDenied) {
 		t.Errorf("WaitProbed: %v, want ErrUnreachable wrapping the probes' error", err)

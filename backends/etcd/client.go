@@ -50,7 +50,7 @@ type Client struct {
 
 // EventStatusRefused is the client's event (router.Event.Kind) when a
 // member refuses its Status probe for want of credentials (auth enabled,
-// the client has none, or its token lapsed): the router cannot learn the
+// and the client has none, or a Token it set has expired): the router cannot learn the
 // leader, and writes go round robin. Told once per client, with the error;
 // etcd lets any authenticated user call Status, whatever its roles.
 const EventStatusRefused = "etcd_status_refused"

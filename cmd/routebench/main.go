@@ -73,7 +73,7 @@ func run() error {
 	fleetRows := fs.String("fleet-rows", "", "fleet scenario rows, comma-separated (default all): idle-100, idle-500, streams-100, writes-100, failover-50, move-50")
 	out := fs.String("out", "", "directory for tables.md, results.json, results.csv and PNG figures")
 	cpuProfile := fs.String("cpuprofile", "", "write the client process's CPU profile here")
-	resume := fs.Bool("resume", false, "with --out: take the cells DIR/results.json holds with every policy's trials, measured with the same workload, from there and run only the rest; for a grid cut short (not the fleet scenario)")
+	resume := fs.Bool("resume", false, "with --out: take the cells DIR/results.json holds with every policy's trials, measured with the same workload, from there and run only the rest; for a grid cut short (not the fleet or costs scenario)")
 	replot := fs.String("replot", "", "redraw DIR/tables.md and DIR's figures from DIR/results.json (a previous --out), running nothing")
 	calibrate := fs.String("calibrate", "", "BED,SIM: the results.json of a test-bed run and of a simulated one (--sim); print their shared headline ratios side by side, running nothing")
 	fs.Usage = func() {
@@ -504,7 +504,7 @@ func calibrateFiles(paths string) error {
 	}
 	rows := bench.Calibrate(bed, sim)
 	if len(rows) == 0 {
-		return fmt.Errorf("%s and %s share no scenario, variant and topology with the same baseline", bedPath, simPath)
+		return fmt.Errorf("%s and %s share no scenario, variant and topology in which both ran a policy and its reference", bedPath, simPath)
 	}
 	fmt.Print(bench.CalibrationMarkdown(rows))
 	return nil
