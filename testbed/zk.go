@@ -82,6 +82,10 @@ type ZKOptions struct {
 	// ExtendedTypes lets clients create TTL znodes
 	// (zookeeper.extendedTypesEnabled).
 	ExtendedTypes bool
+	// ContainerCheck is how often the servers delete empty containers and
+	// expired TTL znodes (znode.container.checkIntervalMs). Default
+	// ZooKeeper's, a minute.
+	ContainerCheck time.Duration
 	// FourLetterWords is the servers' 4lw.commands.whitelist. Default
 	// DefaultFourLetterWords. ZooKeeper answers srvr whatever it says;
 	// Mntr, Requests and Served need mntr.
@@ -345,6 +349,9 @@ func (c *ZKCluster) startProxies(ctx context.Context, s *ZKServer) error {
 func (c *ZKCluster) launchJVM(s *ZKServer) error {
 	dir := c.serverDir(s)
 	args := []string{fmt.Sprintf("-Xmx%dm", c.opts.HeapMB), "-Xms32m", "-XX:+UseSerialGC", "-XX:-UsePerfData"}
+	if c.opts.ContainerCheck > 0 {
+		args = append(args, fmt.Sprintf("-Dznode.container.checkIntervalMs=%d", max(1, c.opts.ContainerCheck.Milliseconds())))
+	}
 	if n := c.cpu.procs(s.Index); n > 0 {
 		// What the JVM would count in its cgroup, had it started there.
 		args = append(args, fmt.Sprintf("-XX:ActiveProcessorCount=%d", n))

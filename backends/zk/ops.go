@@ -188,7 +188,8 @@ func (c *Conn) CreateProtectedEphemeralSequentialContext(ctx context.Context, pa
 // CreateContainer creates a container znode (flags zk.FlagContainer, as
 // go-zookeeper asks): the servers delete it at their first check
 // (znode.container.checkIntervalMs, 60 s by default) after its last child
-// is gone; one that never had a child stays. Not bound to the session:
+// is gone; one that never had a child stays. ZooKeeper hides the kind from
+// clients' stats (ephemeral owner 0). Not bound to the session:
 // routed as a write. Other flags fail with an error wrapping
 // zk.ErrInvalidFlags, sent nowhere.
 func (c *Conn) CreateContainer(path string, data []byte, flags int32, acl []zk.ACL) (string, error) {
