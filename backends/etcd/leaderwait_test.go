@@ -34,7 +34,11 @@ func TestWritesWaitOutAnElection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const writers, pace, deadline = 8, 50 * time.Millisecond, 2 * time.Second
+	// Each write's deadline outlasts an election (one to two election
+	// timeouts of 1 s) and the routing after it: with 2 s, a write sent just
+	// after the kill ran out on a loaded machine (election 1.894 s, writing
+	// again 266 ms later) though it waited as it should.
+	const writers, pace, deadline = 8, 50 * time.Millisecond, 5 * time.Second
 	var acked, failed atomic.Int64
 	var okStarted [writers]atomic.Int64 // each writer's last acknowledged write's start, unix ns
 	var mu sync.Mutex
