@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -13,7 +14,18 @@ import (
 // bed's costs scenario measures per operation, so costs can be fitted to
 // it (package bench's SimCostsFrom) and checked.
 func (cl Cluster) OperationCPU(write bool, at int, w Workload) ([]time.Duration, error) {
+	return cl.OperationCPUBatched(write, at, w, 1)
+}
+
+// OperationCPUBatched is OperationCPU with a read's read index asked for
+// in a request shared by reads reads (Cluster.BatchReads; at least 1):
+// the request's jobs, its messages and its confirmation included, are
+// split among them. The rest of the operation is its own.
+func (cl Cluster) OperationCPUBatched(write bool, at int, w Workload, reads float64) ([]time.Duration, error) {
 	n := len(cl.Members)
+	if reads < 1 || math.IsNaN(reads) {
+		return nil, fmt.Errorf("%w: %v reads a read-index request", ErrBadLoad, reads)
+	}
 	switch {
 	case n == 0:
 		return nil, ErrNoMembers
@@ -30,6 +42,17 @@ func (cl Cluster) OperationCPU(write bool, at int, w Workload) ([]time.Duration,
 	out := make([]time.Duration, n)
 	for _, st := range s.paths[kind][at] {
 		switch {
+		case st.kind == batched:
+			share := func(d time.Duration) time.Duration { return time.Duration(float64(d) / reads) }
+			index, confirm, reply := s.batchCosts(st.dst)
+			out[s.leader] += share(index)
+			out[st.dst] += share(reply)
+			if confirm > 0 {
+				for _, f := range s.followers {
+					out[f] += share(confirm)
+					out[s.leader] += share(s.ackCost)
+				}
+			}
 		case st.kind == fanOut:
 			for _, f := range s.followers {
 				out[f] += st.cost

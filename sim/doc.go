@@ -20,6 +20,12 @@
 //     leader first confirms its leadership with a round to a quorum of
 //     followers, each answering in turn at no cost; without it (ZooKeeper's
 //     sync, roughly) it does not;
+//   - with Cluster.BatchReads (etcd's linearizable read loop) each member
+//     asks for read indexes in batches: one request out at a time, for
+//     the reads that came before it was sent, the leader's own reads
+//     included; a request costs what one read's read index costs
+//     unbatched, and each read is then served by its member (LeaderRead
+//     or FollowerRead);
 //   - a write at the leader costs it Write and commits once a quorum of
 //     followers has appended it (Append of each follower's CPU: every
 //     follower appends, the quorum's fastest acknowledgements commit); one
@@ -38,8 +44,12 @@
 // Faults degrade a member, or kill it (a killed leader is replaced by an
 // election) and restart it.
 //
-// What it does not model: heartbeats and their CPU, batching of read
-// indexes and appends, disks, retries and back-off, requests that wait for
+// Result.CPU and Result.ReadIndexes say what each member did over the
+// measured window, and Workload.PlacedOn places every operation on one
+// member, as the test bed's costs scenario does.
+//
+// What it does not model: heartbeats and their CPU, batching of appends
+// (and of read indexes without BatchReads), disks, retries and back-off, requests that wait for
 // a new leader, leader moves other than by a kill, hedged reads (Run
 // refuses them), and the probes' own cost.
 package sim

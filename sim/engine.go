@@ -98,15 +98,26 @@ type world struct {
 	timeout      time.Duration // a worker's patience
 	down         []bool        // killed members
 	paths        [2][][]step   // under the current leader
+	batches      []readBatch   // each member's read indexes (Cluster.BatchReads)
 	ops          []operation   // each worker's
 	workload     Workload
 	ackCost      time.Duration   // an acknowledgement's job on the leader
 	followers    []int           // every member but the leader
 	probes       []atomic.Uint64 // answered or timed out, per member
+	used         tally           // since the start
+
 	// degraded is each member's fault now; faults the ones still to come.
 	degraded []Fault
 	faults   []Fault
 }
+
+// tally is what members did: CPU time and read-index requests, by index.
+type tally struct {
+	cpu      []time.Duration
+	requests []int
+}
+
+func (t tally) clone() tally { return tally{slices.Clone(t.cpu), slices.Clone(t.requests)} }
 
 // cpu is a member's FIFO server.
 type cpu struct {
@@ -128,6 +139,8 @@ func newWorld(cl Cluster, seed uint64) *world {
 		s.cpus = append(s.cpus, c)
 	}
 	s.down = make([]bool, len(cl.Members))
+	s.batches = make([]readBatch, len(cl.Members))
+	s.used = tally{make([]time.Duration, len(cl.Members)), make([]int, len(cl.Members))}
 	s.quorum = len(cl.Members) / 2 // with the leader, a majority
 	s.leader = cl.Leader
 	return s
@@ -147,6 +160,7 @@ func (s *world) setNow(t time.Duration) {
 			s.down[f.Member] = true
 			s.cpus[f.Member].free = s.now // its queued work is lost
 			s.resetBy(f.Member)
+			s.killBatches(f.Member)
 			if f.Member == s.leader {
 				s.lead(-1)
 				s.callElection()
@@ -296,6 +310,7 @@ func (s *world) job(i int, cost time.Duration) time.Duration {
 		sigma := math.Sqrt(math.Log1p(cv * cv))
 		t *= math.Exp(sigma*s.rnd.NormFloat64() - sigma*sigma/2)
 	}
+	s.used.cpu[i] += time.Duration(t)
 	start := max(c.free, s.now)
 	for m.StallEvery > 0 {
 		// A stall begun by the time the job would start holds it (and
@@ -353,6 +368,7 @@ func (s *world) run(ctx context.Context, w Workload) (Result, error) {
 	measuring := w.Warmup == 0 && w.WarmupTime == 0 || w.Workers == 0 // an idle fleet measures its probes only
 	measureTo := w.Duration
 	var measureFrom time.Duration
+	var usedFrom, usedTo tally // at measureFrom, and at measureTo when it comes before the end
 	more := func() bool { return (w.Ops == 0 || started < w.Ops) && (w.Duration == 0 || s.now < w.Duration) }
 	// Paced workers each start an operation every period, on schedules
 	// spread over it; one that overruns its slot starts the next at once,
@@ -363,6 +379,10 @@ func (s *world) run(ctx context.Context, w Workload) (Result, error) {
 		for k := range ops {
 			ops[k].slot = period * time.Duration(k) / time.Duration(len(ops))
 		}
+	}
+	pickCtx := ctx
+	if w.PlacedOn != "" {
+		pickCtx = router.WithMember(ctx, w.PlacedOn)
 	}
 	// place starts worker k's next operation, if any is left, or waits
 	// for its slot (live counts the waits too).
@@ -381,12 +401,13 @@ func (s *world) run(ctx context.Context, w Workload) (Result, error) {
 		}
 		if started++; started == w.Ops {
 			measureTo = s.now // from here on fewer workers are busy
+			usedTo = s.used.clone()
 		}
 		o.op = router.Write
 		if s.rnd.Float64() < w.ReadRatio {
 			o.op = router.LinearizableRead
 		}
-		p, err := s.routers[k/w.Workers].Pick(ctx, o.op)
+		p, err := s.routers[k/w.Workers].Pick(pickCtx, o.op)
 		if err != nil {
 			return err
 		}
@@ -427,6 +448,10 @@ func (s *world) run(ctx context.Context, w Workload) (Result, error) {
 			break // operations in flight at the end are left unfinished
 		}
 		s.setNow(e.at)
+		if e.kind >= batchArrive {
+			s.handleBatch(e) // moves reads on, ends none
+			continue
+		}
 		c := int(e.worker) / max(w.Workers, 1) // the client whose router this event concerns
 		if e.kind == tick {
 			c = int(e.worker)
@@ -449,6 +474,7 @@ func (s *world) run(ctx context.Context, w Workload) (Result, error) {
 			completed++
 			if !measuring && completed >= w.Warmup && s.now >= w.WarmupTime {
 				measuring, measureFrom = true, s.now
+				usedFrom = s.used.clone()
 			} else if measuring && more() && o.outcome != router.OK {
 				res.Errors++
 			} else if measuring && more() {
@@ -475,6 +501,16 @@ func (s *world) run(ctx context.Context, w Workload) (Result, error) {
 		return res, ErrShortRun
 	}
 	res.Elapsed = measureTo - measureFrom
+	if usedTo.cpu == nil {
+		usedTo = s.used
+	}
+	if usedFrom.cpu == nil { // measured from the start
+		usedFrom = tally{make([]time.Duration, n), make([]int, n)}
+	}
+	for i := range n {
+		res.CPU = append(res.CPU, usedTo.cpu[i]-usedFrom.cpu[i])
+		res.ReadIndexes = append(res.ReadIndexes, usedTo.requests[i]-usedFrom.requests[i])
+	}
 	for i := range s.probes {
 		res.Probes = append(res.Probes, s.probes[i].Load())
 	}

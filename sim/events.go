@@ -16,6 +16,15 @@ const (
 	failed                     // the operation's error reaches its worker (member: the outcome)
 	deadline                   // the worker gives up on the operation (gen: its id)
 	election                   // a majority elects a leader
+	// A member's batch of read indexes (Cluster.BatchReads; worker: the
+	// member, gen: the batch's):
+	batchArrive    // its request reaches the leader: the leader's job
+	batchIndexed   // the leader has taken it: it confirms, or answers
+	batchFanArrive // the leader's confirmation reaches a follower (member): its job there
+	batchAckArrive // that follower's acknowledgement reaches the leader: its job there
+	batchFanAck    // the leader has taken that acknowledgement
+	batchReply     // the read index reaches the member: its job there
+	batchRelease   // the member has taken it: its reads go on
 )
 
 // event is a worker's operation's next move, due at a virtual time.

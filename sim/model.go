@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/oproute/oproute/router"
@@ -53,6 +54,15 @@ type Cluster struct {
 	// ConfirmReads makes the leader confirm its leadership with a round
 	// to a quorum before it answers a read index (etcd's ReadIndex).
 	ConfirmReads bool
+	// BatchReads has each member ask for read indexes in batches, as
+	// etcd's linearizable read loop does: one request out at a time,
+	// for the reads that came before it was sent (the leader's own
+	// included); the reads that come meanwhile wait for the next one,
+	// sent when its answer comes. A request costs what one read's read
+	// index costs unbatched (ReadIndex at the leader, a Message for each
+	// message of it and its confirmation); each read is then served
+	// (LeaderRead or FollowerRead, and PerKiB).
+	BatchReads bool
 	// ElectionTimeout is how long after its leader is killed a majority
 	// elects the live member of the lowest index. Default 1 s.
 	ElectionTimeout time.Duration
@@ -104,6 +114,10 @@ type Workload struct {
 	// virtual time has passed (an idle fleet measures its probes over the
 	// whole run).
 	WarmupTime time.Duration
+	// PlacedOn, when set, is the ID of the member every operation is
+	// placed on (router.WithMember), as the test bed's costs scenario
+	// places each class.
+	PlacedOn string
 }
 
 // Result is what a run measured, from the end of its warm-up until its
@@ -117,8 +131,14 @@ type Result struct {
 	Elapsed       time.Duration   // virtual time measured
 	Probes        []uint64        // probes each member answered or let time out, over the whole run
 	Rounds        int             // router rounds run, over the whole run
-	Stats         router.Stats    // the first client's router's view at the end
-	Events        []Event         // the router's events, over the whole run
+	// CPU is each member's CPU time over the measured window, by index:
+	// its jobs' times on one core, each counted when it was queued.
+	CPU []time.Duration
+	// ReadIndexes counts the read-index requests each member sent over
+	// the measured window (Cluster.BatchReads; else none are counted).
+	ReadIndexes []int
+	Stats       router.Stats // the first client's router's view at the end
+	Events      []Event      // the router's events, over the whole run
 }
 
 // Event is one of a router's events, when it came and whose router it was.
@@ -164,6 +184,9 @@ func validate(cfg router.Config, cl Cluster, w Workload) error {
 		return fmt.Errorf("%w: %d operations for %d workers in all and a warm-up of %d", ErrBadLoad, w.Ops, w.Workers*max(w.Clients, 1), w.Warmup)
 	case cfg.Hedge != nil || cfg.Policy == router.HybridHedge:
 		return fmt.Errorf("%w: hedged reads (their timers run in wall time)", ErrUnsupported)
+	}
+	if w.PlacedOn != "" && !slices.ContainsFunc(cl.Members, func(m Member) bool { return m.ID == w.PlacedOn }) {
+		return fmt.Errorf("%w: placed on %q, not a member", ErrBadMember, w.PlacedOn)
 	}
 	for _, f := range cl.Faults {
 		if f.Member < 0 || f.Member >= len(cl.Members) {

@@ -31,6 +31,8 @@ type stepKind uint8
 const (
 	message stepKind = iota // a message from src to dst, then, if job, a job there
 	fanOut                  // the leader's message to every follower, each a job there; the step ends at a quorum of acknowledgements
+	work                    // a job at dst, no message
+	batched                 // the read waits on dst's read-index request (Cluster.BatchReads)
 )
 
 // step is one leg of an operation's path. src and dst are member indexes,
@@ -77,12 +79,22 @@ func (s *world) buildPaths(w Workload) [2][][]step {
 	var out [2][][]step
 	for i := range s.cl.Members {
 		var read, wr []step
-		if i == L {
+		switch serve := c.FollowerRead; {
+		case s.cl.BatchReads:
+			if i == L {
+				serve = c.LeaderRead
+			}
+			read = []step{msg(client, i, 0, true, 0), {kind: batched, src: i, dst: i},
+				{kind: work, src: i, dst: i, job: true, cost: serve + perKiB(resp)}, msg(i, client, resp, false, 0)}
+		case i == L:
 			read = append(append([]step{msg(client, L, 0, true, c.LeaderRead+perKiB(resp))}, confirm...), msg(L, client, resp, false, 0))
-			wr = []step{msg(client, L, w.ValueSize, true, c.Write+perKiB(w.ValueSize)), commit, msg(L, client, 0, false, 0)}
-		} else {
+		default:
 			read = append(append([]step{msg(client, i, 0, true, 0), msg(i, L, 0, true, c.ReadIndex)}, confirm...),
 				msg(L, i, 0, true, c.FollowerRead+perKiB(resp)), msg(i, client, resp, false, 0))
+		}
+		if i == L {
+			wr = []step{msg(client, L, w.ValueSize, true, c.Write+perKiB(w.ValueSize)), commit, msg(L, client, 0, false, 0)}
+		} else {
 			wr = []step{msg(client, i, w.ValueSize, true, c.Forward), msg(i, L, w.ValueSize, true, c.Write+perKiB(w.ValueSize)), commit,
 				msg(L, i, 0, false, 0), msg(i, client, 0, false, 0)}
 		}
@@ -97,12 +109,19 @@ func (s *world) buildPaths(w Workload) [2][][]step {
 func (s *world) advance(k int, o *operation) bool {
 	for o.stage < len(o.path) {
 		st := o.path[o.stage]
-		if st.kind == message {
+		switch st.kind {
+		case message:
 			kind := stepDone
 			if st.job {
 				kind = arrive
 			}
 			s.at(s.now+s.hop(st.src, st.dst), event{worker: int32(k), kind: kind, gen: o.gen})
+			return true
+		case work:
+			s.at(s.now, event{worker: int32(k), kind: arrive, gen: o.gen})
+			return true
+		case batched:
+			s.join(k, o, st.dst)
 			return true
 		}
 		if s.quorum == 0 { // a single member commits alone

@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -37,9 +38,11 @@ func twoZones() Cluster {
 }
 
 // The same seed gives the same run, latency for latency and event for
-// event, noise, a degraded member and a killed leader included.
+// event, noise, a degraded member, a killed leader and etcd's batched read
+// indexes included.
 func TestDeterministic(t *testing.T) {
 	cl := noisy(50 * time.Millisecond)
+	cl.ConfirmReads, cl.BatchReads = true, true
 	cl.Faults = []Fault{{At: time.Second, Member: 2, Delay: 8 * time.Millisecond, Jitter: 2 * time.Millisecond},
 		{At: 1500 * time.Millisecond, Member: 0, Kill: true}, {At: 3 * time.Second, Member: 0}}
 	w := Workload{Workers: 16, ReadRatio: 0.8, Ops: 40000, Warmup: 2000}
@@ -85,8 +88,16 @@ func TestDeterministic(t *testing.T) {
 // away: 2.5 ms), and etcd's leadership confirmation adds the same quorum
 // round to every read.
 func TestProtocolPaths(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprint("batched=", batched), func(t *testing.T) { protocolPaths(t, batched) })
+	}
+}
+
+// protocolPaths checks TestProtocolPaths's latencies, the reads' read
+// indexes in batches (of one: one worker) or not.
+func protocolPaths(t *testing.T, batched bool) {
 	flat := func(n int, confirm bool) Cluster {
-		cl := Cluster{ClientZone: "a", ConfirmReads: confirm, Link: func(a, b string) Link {
+		cl := Cluster{ClientZone: "a", ConfirmReads: confirm, BatchReads: batched, Link: func(a, b string) Link {
 			if a == b {
 				return Link{Delay: 250 * time.Microsecond}
 			}
@@ -407,9 +418,17 @@ func TestPaced(t *testing.T) {
 // until a majority has elected m1 (1 s later) and the router has found it,
 // then succeed there; restarted, m0 comes back as a follower and serves
 // reads again. A follower killed under load leaves the reads, and commits
-// go on through the other follower.
+// go on through the other follower. The same with etcd's reads, confirmed
+// and in batches.
 func TestLeaderKilled(t *testing.T) {
-	cl := twoZones()
+	etcd := twoZones()
+	etcd.ConfirmReads, etcd.BatchReads = true, true
+	for name, cl := range map[string]Cluster{"plain": twoZones(), "batched": etcd} {
+		t.Run(name, func(t *testing.T) { leaderKilled(t, cl) })
+	}
+}
+
+func leaderKilled(t *testing.T, cl Cluster) {
 	cl.Faults = []Fault{{At: 3 * time.Second, Member: 0, Kill: true}, {At: 8 * time.Second, Member: 0}}
 	run := func(from time.Duration) Result {
 		t.Helper()
@@ -457,5 +476,87 @@ func TestLeaderKilled(t *testing.T) {
 	}
 	if f.ServedReads[2] > 0 || f.Served[0]-f.ServedReads[0] == 0 || f.Errors > 0 {
 		t.Fatalf("follower m2 killed at 3 s, from 5 s: %d reads at m2, %d writes at m0, %d errors; want none, some, none", f.ServedReads[2], f.Served[0]-f.ServedReads[0], f.Errors)
+	}
+}
+
+// Read indexes in batches (etcd's linearizable read loop): a batch of one
+// costs each member what an unbatched read does, placed anywhere, and
+// what a run measures (Result.CPU, Result.ReadIndexes) shows it; under
+// load the leader confirms one batch of reads per round, so that reads
+// bound by its confirmations (each acknowledgement 100 µs of its CPU, two
+// a read) go more than twice as fast batched, and reads spread over the
+// members too.
+func TestBatchedReadIndexes(t *testing.T) {
+	cl := twoZones()
+	cl.ConfirmReads = true
+	cl.Costs.Message = 5 * time.Microsecond
+	batched := cl
+	batched.BatchReads = true
+	w := Workload{ValueSize: 256, RangeSize: 4}
+	for at := range cl.Members {
+		for _, write := range []bool{false, true} {
+			a, err := cl.OperationCPU(write, at, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := batched.OperationCPU(write, at, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(a, b) {
+				t.Errorf("placed on m%d (write %v): CPU %v unbatched, %v in a batch of one", at, write, a, b)
+			}
+		}
+	}
+
+	// Placed on m1, unbatched, each member's CPU per read is what
+	// OperationCPU says; batched, m1 sends a request for several reads,
+	// and the leader's part of each read is the less for it.
+	placed := Workload{Workers: 8, ReadRatio: 1, Ops: 8000, Warmup: 1000, PlacedOn: "m1", ValueSize: 256, RangeSize: 4}
+	want, err := cl.OperationCPU(false, 1, placed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []Cluster{cl, batched} {
+		out, err := Run(t.Context(), router.Config{Policy: router.Hybrid}, c, placed, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads := len(out.Reads)
+		perRead := func(i int) float64 { return float64(out.CPU[i]) / float64(reads) }
+		if out.ServedReads[1] != reads || out.Errors > 0 {
+			t.Fatalf("placed on m1: reads served %v of %d, %d errors", out.ServedReads, reads, out.Errors)
+		}
+		if !c.BatchReads {
+			for i := range want {
+				if got := perRead(i); math.Abs(got/float64(want[i])-1) > 0.02 || out.ReadIndexes[i] != 0 {
+					t.Errorf("unbatched, m%d's CPU per read %v, want %v (±2 %%); %d requests counted", i, time.Duration(got), want[i], out.ReadIndexes[i])
+				}
+			}
+			continue
+		}
+		per := float64(reads) / float64(out.ReadIndexes[1])
+		if per < 1.5 || out.ReadIndexes[0]+out.ReadIndexes[2] > 0 || perRead(0) > float64(want[0])/per*1.05 || perRead(1) >= float64(want[1]) {
+			t.Errorf("batched: %.2f reads a request (requests %v); CPU per read %v, %v unbatched", per, out.ReadIndexes, out.CPU, want)
+		}
+		t.Logf("batched: %.2f reads a request; the leader's CPU per read %v, %v unbatched", per, time.Duration(perRead(0)), want[0])
+	}
+
+	cl.Costs = Costs{Message: 100 * time.Microsecond}
+	batched.Costs = cl.Costs
+	load := Workload{Workers: 32, ReadRatio: 1, Ops: 20_000, Warmup: 2000}
+	for _, policy := range []string{router.LeaderOnly, router.RoundRobin} {
+		one, err := Run(t.Context(), router.Config{Policy: policy}, cl, load, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		many, err := Run(t.Context(), router.Config{Policy: policy}, batched, load, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if one.Errors+many.Errors > 0 || many.Throughput() < 2*one.Throughput() {
+			t.Errorf("%s: %.0f reads/s batched, %.0f not (errors %d, %d): want more than twice", policy, many.Throughput(), one.Throughput(), many.Errors, one.Errors)
+		}
+		t.Logf("%s: %.0f reads/s batched, %.0f not", policy, many.Throughput(), one.Throughput())
 	}
 }
