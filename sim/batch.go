@@ -13,9 +13,15 @@ import (
 type readBatch struct {
 	waiting, out []waiter // for the next request; in the one out
 	busy         bool     // a request is out
-	gen          uint32   // counts the requests: an earlier one's events lapse
-	term         uint64   // the leader's term when it was sent
-	acks         int      // of its confirmation
+	// gen counts the sendings (a request is sent again when unanswered:
+	// readIndexRetry); first is the current request's first. Events of
+	// any sending of the current request count, as etcd takes whichever
+	// answer comes first; an earlier request's lapse.
+	gen, first uint32
+	term       uint64 // the leader's term when it was sent
+	acked      []bool // the followers that confirmed it, by member index
+	acks       int    // how many
+	answered   bool   // the leader has answered it
 }
 
 // waiter is a worker's read waiting on a read index.
@@ -49,18 +55,37 @@ func (s *world) join(k int, o *operation, i int) {
 	}
 }
 
+// readIndexRetry is how long a member waits for the answer to a
+// read-index request before it sends the request again (etcd's
+// readIndexRetryTime): a leader whose confirmation found no quorum answers
+// a later one.
+const readIndexRetry = 500 * time.Millisecond
+
 // sendBatch sends member i's request for the reads waiting on it.
 func (s *world) sendBatch(i int) {
 	b := &s.batches[i]
 	b.out, b.waiting = b.waiting, b.out[:0]
+	b.first, b.acks, b.answered = b.gen+1, 0, false
+	if b.acked == nil {
+		b.acked = make([]bool, len(s.cl.Members))
+	}
+	clear(b.acked)
+	s.ask(i)
+}
+
+// ask sends member i's request (again, on a retry), an earlier sending's
+// events lapsing.
+func (s *world) ask(i int) {
+	b := &s.batches[i]
 	b.gen++
-	b.acks, b.term = 0, s.term
+	b.term = s.term
 	if s.leader < 0 {
-		s.dropBatch(i, s.hop(i, client)) // no leader to ask
+		s.dropBatch(i, i) // no leader to ask
 		return
 	}
 	b.busy = true
 	s.used.requests[i]++
+	s.at(s.now+readIndexRetry, event{worker: int32(i), kind: batchRetry, gen: b.gen})
 	if i != s.leader {
 		s.at(s.now+s.hop(i, s.leader), event{worker: int32(i), kind: batchArrive, gen: b.gen})
 		return
@@ -85,6 +110,7 @@ func (s *world) confirmBatch(i int) {
 // answerBatch sends the read index back to member i; the leader's own
 // reads go on at once.
 func (s *world) answerBatch(i int) {
+	s.batches[i].answered = true
 	if i == s.leader {
 		s.releaseBatch(i)
 		return
@@ -109,13 +135,18 @@ func (s *world) releaseBatch(i int) {
 	}
 }
 
-// dropBatch fails every read of member i's batch, the error reaching each
-// client after back (from now), and ends its request.
-func (s *world) dropBatch(i int, back time.Duration) {
+// dropBatch fails every read of member i's batch, the error coming from
+// member from (i itself, or a killed leader) through i to each client, and
+// ends its request.
+func (s *world) dropBatch(i, from int) {
 	b := &s.batches[i]
 	for _, ws := range [2][]waiter{b.out, b.waiting} {
 		for _, w := range ws {
 			if o := &s.ops[w.k]; o.live && o.gen == w.gen {
+				back := s.hop(i, client)
+				if from != i {
+					back += s.hop(from, i)
+				}
 				s.fail(int(w.k), o, s.now+back, router.MemberFault)
 			}
 		}
@@ -128,9 +159,12 @@ func (s *world) dropBatch(i int, back time.Duration) {
 // killBatches: member m is killed. Its own reads were reset with it; if
 // it led, every member's reads on a read index fail back.
 func (s *world) killBatches(m int) {
+	if !s.cl.BatchReads {
+		return
+	}
 	for i := range s.batches {
 		if i == m || m == s.leader {
-			s.dropBatch(i, s.hop(m, i)+s.hop(i, client))
+			s.dropBatch(i, m)
 		}
 	}
 }
@@ -160,23 +194,28 @@ func (s *world) handleBatch(e event) {
 		s.at(s.job(s.leader, s.ackCost), e)
 		return
 	}
-	if e.gen != b.gen || !b.busy {
+	if !b.busy || e.gen < b.first {
 		return // an earlier request's
 	}
 	if s.leader < 0 || b.term != s.term {
-		s.dropBatch(i, s.hop(i, client)) // sent to a leader since deposed
+		s.dropBatch(i, i) // sent to a leader since deposed (a kill drops its batches first)
 		return
 	}
 	switch e.kind {
+	case batchRetry:
+		if e.gen == b.gen && !b.answered {
+			s.ask(i) // no answer to its latest sending yet: send it again
+		}
 	case batchArrive:
 		index, _, _ := s.batchCosts(i)
 		s.at(s.job(s.leader, index), event{worker: e.worker, kind: batchIndexed, gen: e.gen})
 	case batchIndexed:
 		s.confirmBatch(i)
 	case batchFanAck:
-		if b.acks == s.quorum || s.down[e.member] {
-			return // past the quorum, or lost with the follower's queued work
+		if b.answered || b.acked[e.member] || s.down[e.member] {
+			return // past the quorum, counted (from another sending), or lost with the follower's queued work
 		}
+		b.acked[e.member] = true
 		if b.acks++; b.acks == s.quorum {
 			s.answerBatch(i)
 		}

@@ -18,9 +18,10 @@ func (cl Cluster) OperationCPU(write bool, at int, w Workload) ([]time.Duration,
 }
 
 // OperationCPUBatched is OperationCPU with a read's read index asked for
-// in a request shared by reads reads (Cluster.BatchReads; at least 1):
-// the request's jobs, its messages and its confirmation included, are
-// split among them. The rest of the operation is its own.
+// in a request shared by reads reads (at least 1): the request's jobs,
+// its messages and its confirmation included, are split among them. The
+// rest of the operation is its own. Without Cluster.BatchReads, and for
+// a write, reads changes nothing.
 func (cl Cluster) OperationCPUBatched(write bool, at int, w Workload, reads float64) ([]time.Duration, error) {
 	n := len(cl.Members)
 	if reads < 1 || math.IsNaN(reads) {

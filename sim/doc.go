@@ -25,7 +25,8 @@
 //     the reads that came before it was sent, the leader's own reads
 //     included; a request costs what one read's read index costs
 //     unbatched, and each read is then served by its member (LeaderRead
-//     or FollowerRead);
+//     or FollowerRead); a request unanswered for 500 ms is sent again,
+//     the first answer to any sending counting, as etcd's loop does;
 //   - a write at the leader costs it Write and commits once a quorum of
 //     followers has appended it (Append of each follower's CPU: every
 //     follower appends, the quorum's fastest acknowledgements commit); one
@@ -44,9 +45,10 @@
 // Faults degrade a member, or kill it (a killed leader is replaced by an
 // election) and restart it.
 //
-// Result.CPU and Result.ReadIndexes say what each member did over the
-// measured window, and Workload.PlacedOn places every operation on one
-// member, as the test bed's costs scenario does.
+// Result.CPU is each member's CPU time over the measured window (each job
+// counted when it is queued) and Result.ReadIndexes its read-index
+// requests; Workload.PlacedOn places every operation on one member, as
+// the test bed's costs scenario does.
 //
 // What it does not model: heartbeats and their CPU, batching of appends
 // (and of read indexes without BatchReads), disks, retries and back-off, requests that wait for

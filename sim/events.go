@@ -17,7 +17,8 @@ const (
 	deadline                   // the worker gives up on the operation (gen: its id)
 	election                   // a majority elects a leader
 	// A member's batch of read indexes (Cluster.BatchReads; worker: the
-	// member, gen: the batch's):
+	// member, gen: the batch's). They stay last: the run's loop tells
+	// them by kind >= batchArrive.
 	batchArrive    // its request reaches the leader: the leader's job
 	batchIndexed   // the leader has taken it: it confirms, or answers
 	batchFanArrive // the leader's confirmation reaches a follower (member): its job there
@@ -25,6 +26,7 @@ const (
 	batchFanAck    // the leader has taken that acknowledgement
 	batchReply     // the read index reaches the member: its job there
 	batchRelease   // the member has taken it: its reads go on
+	batchRetry     // no answer yet: the member sends its request again
 )
 
 // event is a worker's operation's next move, due at a virtual time.

@@ -61,7 +61,10 @@ type Cluster struct {
 	// sent when its answer comes. A request costs what one read's read
 	// index costs unbatched (ReadIndex at the leader, a Message for each
 	// message of it and its confirmation); each read is then served
-	// (LeaderRead or FollowerRead, and PerKiB).
+	// (LeaderRead or FollowerRead, and PerKiB). A request unanswered for
+	// 500 ms is sent again (etcd's readIndexRetryTime), and the first
+	// answer to any sending counts. A read placed on a follower under a
+	// leader since replaced asks the new one.
 	BatchReads bool
 	// ElectionTimeout is how long after its leader is killed a majority
 	// elects the live member of the lowest index. Default 1 s.
@@ -134,8 +137,9 @@ type Result struct {
 	// CPU is each member's CPU time over the measured window, by index:
 	// its jobs' times on one core, each counted when it was queued.
 	CPU []time.Duration
-	// ReadIndexes counts the read-index requests each member sent over
-	// the measured window (Cluster.BatchReads; else none are counted).
+	// ReadIndexes counts the read-index requests each member made over
+	// the measured window, the leader's for its own reads and every
+	// sending again included (Cluster.BatchReads; else none are counted).
 	ReadIndexes []int
 	Stats       router.Stats // the first client's router's view at the end
 	Events      []Event      // the router's events, over the whole run

@@ -423,8 +423,11 @@ func TestPaced(t *testing.T) {
 func TestLeaderKilled(t *testing.T) {
 	etcd := twoZones()
 	etcd.ConfirmReads, etcd.BatchReads = true, true
-	for name, cl := range map[string]Cluster{"plain": twoZones(), "batched": etcd} {
-		t.Run(name, func(t *testing.T) { leaderKilled(t, cl) })
+	for _, c := range []struct {
+		name string
+		cl   Cluster
+	}{{"plain", twoZones()}, {"batched", etcd}} {
+		t.Run(c.name, func(t *testing.T) { leaderKilled(t, c.cl) })
 	}
 }
 
@@ -559,4 +562,36 @@ func TestBatchedReadIndexes(t *testing.T) {
 		}
 		t.Logf("%s: %.0f reads/s batched, %.0f not", policy, many.Throughput(), one.Throughput())
 	}
+}
+
+// A leader whose confirmations find no quorum (both followers killed at
+// 2 s, restarted at 3 s) is not deposed; its read-index requests are sent
+// again every 500 ms, as etcd's read loop sends them, so that reads placed
+// on it succeed again once the followers are back. And a confirmation
+// slower than that still answers its request.
+func TestBatchedReadsResumeAfterQuorumLoss(t *testing.T) {
+	cl := twoZones()
+	cl.ConfirmReads, cl.BatchReads = true, true
+	cl.Faults = []Fault{{At: 2 * time.Second, Member: 1, Kill: true}, {At: 2 * time.Second, Member: 2, Kill: true},
+		{At: 3 * time.Second, Member: 1}, {At: 3 * time.Second, Member: 2}}
+	out, err := Run(t.Context(), router.Config{Policy: router.LeaderOnly}, cl, Workload{Workers: 8, ReadRatio: 1, Duration: 8 * time.Second, Timeout: time.Second, WarmupTime: 5 * time.Second}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.ServedReads[0] == 0 || out.Errors > 0 {
+		t.Fatalf("from 5 s, followers back since 3 s: %d reads at the leader, %d errors; want reads and no error", out.ServedReads[0], out.Errors)
+	}
+	t.Logf("from 5 s: %d reads at the leader, %d requests", out.ServedReads[0], out.ReadIndexes[0])
+
+	// Confirmations slower than the retry (both followers 400 ms away
+	// each way) still answer: the first answer to any sending counts.
+	cl.Faults = []Fault{{Member: 1, Delay: 400 * time.Millisecond}, {Member: 2, Delay: 400 * time.Millisecond}}
+	slow, err := Run(t.Context(), router.Config{Policy: router.LeaderOnly}, cl, Workload{Workers: 8, ReadRatio: 1, Duration: 10 * time.Second, WarmupTime: 2 * time.Second}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(slow.Reads) == 0 || slow.Errors > 0 {
+		t.Fatalf("confirmations 800 ms round trip: %d reads, %d errors; want reads and no error", len(slow.Reads), slow.Errors)
+	}
+	t.Logf("confirmations 800 ms round trip: %d reads, P50 %v, %d sendings", len(slow.Reads), testutil.Quantile(slow.Reads, 0.5), slow.ReadIndexes[0])
 }
