@@ -97,11 +97,18 @@ type authCred struct {
 }
 
 // Connect starts a client of the ensemble servers (host:port, the port
-// defaults to 2181), in the shape of zk.Connect. Unlike zk.Connect it waits
-// until the router has probed the servers (at most the connect timeout),
+// defaults to 2181), in the shape of zk.Connect, and like zk.Connect it
+// returns at once: the router probes the servers and the primary session
+// connects in the background, so that a service may start before its
+// ensemble. Calls made meanwhile wait for a session (within their context;
+// without one, as go-zookeeper's do, until zk.ErrNoServer after a session
+// timeout with no server), and a write made before the leader is known
+// goes where the router sends it, a follower forwarding it. With
+// WithConnectTimeout, Connect waits instead, up to that long, until the
+// router has probed the servers and the primary session is established,
 // so that the first write goes to the leader; it fails with ErrUnreachable
-// if no server answers. The channel carries the primary session's events,
-// as zk.Connect's does.
+// if no server answers or gives it a session. The channel carries the
+// primary session's events, as zk.Connect's does.
 func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*Conn, <-chan zk.Event, error) {
 	o := options{logger: log.Default()}
 	for _, opt := range opts {
@@ -121,9 +128,6 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	}
 	if o.connectTimeout < 0 {
 		return nil, nil, fmt.Errorf("%w: connect timeout %v", router.ErrInvalidConfig, o.connectTimeout)
-	}
-	if o.connectTimeout == 0 {
-		o.connectTimeout = sessionTimeout
 	}
 	if o.dialer == nil {
 		o.dialer = net.DialTimeout
@@ -169,13 +173,16 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 		return nil, nil, fmt.Errorf("oproute/zk: %w", err)
 	}
 	c.r = r
+	wait := o.connectTimeout > 0
 	deadline := time.Now().Add(o.connectTimeout)
-	if err := r.WaitProbed(o.connectTimeout); err != nil {
-		r.Close()
-		c.stopCallbacks()
-		c.releaseProbes()
-		// The router's error says why the last probe failed.
-		return nil, nil, fmt.Errorf("%w: %v: %w", ErrUnreachable, srv.addrs, err)
+	if wait {
+		if err := r.WaitProbed(o.connectTimeout); err != nil {
+			r.Close()
+			c.stopCallbacks()
+			c.releaseProbes()
+			// The router's error says why the last probe failed.
+			return nil, nil, fmt.Errorf("%w: %v: %w", ErrUnreachable, srv.addrs, err)
+		}
 	}
 	if c.primary, err = c.newSession("primary", -1, c.onPrimaryEvent); err != nil {
 		r.Close()
@@ -186,7 +193,7 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	c.started.Store(true)
 	// As etcd's DialTimeout does: the first call finds a session in place,
 	// or Connect fails.
-	for c.primary.zk.State() != zk.StateHasSession {
+	for wait && c.primary.zk.State() != zk.StateHasSession {
 		if time.Now().After(deadline) {
 			c.Close()
 			return nil, nil, fmt.Errorf("%w: no session within %v: %v", ErrUnreachable, o.connectTimeout, srv.addrs)

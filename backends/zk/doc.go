@@ -27,8 +27,14 @@
 //
 // The router probes each server with the srvr four-letter word, which
 // ZooKeeper answers whatever its 4lw.commands.whitelist says (3.5.3 on
-// always adds srvr to it): no server setting is needed. When Connect
-// fails with ErrUnreachable, it wraps why the last probe failed.
+// always adds srvr to it): no server setting is needed.
+//
+// Connect returns at once and connects in the background, as zk.Connect
+// does; calls made meanwhile wait for a session, and a write made before
+// the leader is known goes where the router sends it (a follower forwards
+// it). WithConnectTimeout makes Connect wait for the router's probes and
+// the primary session instead; when it then fails with ErrUnreachable, it
+// wraps why the last probe failed.
 //
 // # Read consistency
 //

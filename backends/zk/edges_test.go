@@ -114,7 +114,7 @@ func TestCloseFromEventCallback(t *testing.T) {
 	var conn *ozk.Conn
 	ready, closed := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	conn, _, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithLogger(quiet{}), ozk.WithEventCallback(func(ev zk.Event) {
+	conn, _, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithConnectTimeout(sessionTimeout), ozk.WithLogger(quiet{}), ozk.WithEventCallback(func(ev zk.Event) {
 		if ev.State == zk.StateDisconnected {
 			<-ready
 			once.Do(func() {
@@ -165,6 +165,76 @@ func TestConnectWithoutSessionFails(t *testing.T) {
 	t.Logf("Connect failed after %v: %v", took, err)
 }
 
+// Connect returns at once, as zk.Connect does, while no server lets a
+// client in (every client connection reset, as before the ensemble is up
+// or behind a firewall): side by side with stock, both return at once with
+// no error; a call with a deadline made meanwhile fails with its deadline.
+// Once the servers take clients, each client's write succeeds, ours reports
+// its session on its channel as stock's does, and its router finds the
+// leader.
+func TestConnectReturnsAtOnceAndConnectsLater(t *testing.T) {
+	c, ctx, leader := startWithLeader(t)
+	for i := range c.Size() {
+		c.ResetClients(i, true)
+	}
+	start := time.Now()
+	stock, _, err := zk.Connect(c.Endpoints(), sessionTimeout, zk.WithLogger(quiet{}))
+	stockTook := time.Since(start)
+	if err != nil {
+		t.Fatalf("stock zk.Connect: %v", err)
+	}
+	defer stock.Close()
+	start = time.Now()
+	conn, events, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithLogger(quiet{}))
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("Connect with every client connection reset: %v (stock returned a Conn after %v)", err, stockTook)
+	}
+	defer conn.Close()
+	var sawSession atomic.Bool
+	go func() { // read from the start: a long wait fills the channel with connection attempts
+		for ev := range events {
+			if ev.State == zk.StateHasSession {
+				sawSession.Store(true)
+			}
+		}
+	}()
+	if took > time.Second {
+		t.Errorf("Connect took %v with no server letting clients in; stock %v", took, stockTook)
+	}
+	early, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, _, err = conn.GetContext(early, "/")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a read with a 300 ms deadline before any server lets clients in: %v, want its deadline", err)
+	}
+
+	for i := range c.Size() {
+		c.ResetClients(i, false)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if _, err := conn.CreateContext(wctx, "/at-once", []byte("x"), 0, acl); err != nil {
+		t.Fatalf("write once the servers take clients: %v", err)
+	}
+	stockDone := make(chan error, 1)
+	go func() {
+		_, err := stock.Create("/at-once-stock", []byte("x"), 0, acl)
+		stockDone <- err
+	}()
+	select {
+	case err := <-stockDone:
+		if err != nil {
+			t.Errorf("stock write once the servers take clients: %v", err)
+		}
+	case <-wctx.Done():
+		t.Error("stock write: no answer within 20 s")
+	}
+	testutil.Poll(t, 10*time.Second, "a StateHasSession event on the Conn's channel", sawSession.Load)
+	testutil.Poll(t, 10*time.Second, "the router finds the leader", func() bool { return conn.Stats().Leader == c.Endpoints()[leader] })
+	t.Logf("Connect returned after %v (stock %v)", took, stockTook)
+}
+
 // Credentials are on every session before its first request: sessions of
 // a fresh Conn, opened after AddAuth, read a digest-protected node through
 // every server, many times (half of the Conns with stale reads, whose
@@ -198,7 +268,7 @@ func TestAddAuthOnEverySession(t *testing.T) {
 	eps := c.Endpoints()
 	noAuth, ok, other := 0, 0, map[string]int{}
 	for n := range 20 {
-		opts := []ozk.Option{ozk.WithLogger(quiet{})}
+		opts := []ozk.Option{ozk.WithLogger(quiet{}), ozk.WithConnectTimeout(sessionTimeout)}
 		if n%2 == 1 { // a stale read's first request is the read (no sync)
 			opts = append(opts, ozk.WithStaleReads())
 		}
@@ -304,6 +374,42 @@ func TestBadServersLeaveNothingRunning(t *testing.T) {
 			t.Errorf("Connect(%q): %v, want %v", tc.servers, err, tc.want)
 		}
 	}
+	// Without a connect timeout an unreachable server gives a Conn at
+	// once, as zk.Connect does; its calls wait, and Close ends it all.
+	start := time.Now()
+	conn, _, err := ozk.Connect([]string{"127.0.0.1:1"}, sessionTimeout, cb, ozk.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatalf("Connect to a server that is not there, returning at once: %v", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Connect took %v", took)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if _, _, err := conn.GetContext(ctx, "/"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a read with a deadline, no server there: %v, want its deadline", err)
+	}
+	conn.Close()
+	// A call without a context fails as go-zookeeper's does once no
+	// server has been reached for a session timeout: zk.ErrNoServer.
+	conn, _, err = ozk.Connect([]string{"127.0.0.1:1"}, time.Second, cb, ozk.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	got := make(chan error, 1)
+	go func() {
+		_, _, err := conn.Get("/")
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		if !errors.Is(err, zk.ErrNoServer) {
+			t.Errorf("a read without a context, no server there: %v, want zk.ErrNoServer", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("a read without a context, no server there: no answer within 10 s (a session timeout of 1 s)")
+	}
 }
 
 // The server list changes at run time: a server added takes reads after
@@ -320,7 +426,7 @@ func TestSetServers(t *testing.T) {
 			first = append(first, eps[i])
 		}
 	}
-	conn, _, err := ozk.Connect(first, sessionTimeout, ozk.WithLogger(quiet{}))
+	conn, _, err := ozk.Connect(first, sessionTimeout, ozk.WithConnectTimeout(sessionTimeout), ozk.WithLogger(quiet{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,10 @@ func exampleZK() error {
 	defer ensemble.Close()
 	servers := ensemble.Endpoints()
 
-	conn, events, err := ozk.Connect(servers, 10*time.Second, ozk.WithLogger(quiet{}))
+	// Without WithConnectTimeout, Connect returns at once and connects in
+	// the background, as zk.Connect does; with it, it waits until the
+	// leader is known, so that the first write goes there.
+	conn, events, err := ozk.Connect(servers, 10*time.Second, ozk.WithConnectTimeout(5*time.Second), ozk.WithLogger(quiet{}))
 	if err != nil {
 		return err
 	}

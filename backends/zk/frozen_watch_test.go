@@ -23,7 +23,7 @@ const maxWatchLateness = 3 * time.Second
 // one: go-zookeeper alone would give up on the server after 20 s.
 func TestIdleWatchLeavesFrozenServer(t *testing.T) {
 	c := testbed.StartZKT(t, testbed.ZKOptions{})
-	conn, _, err := ozk.Connect(c.Endpoints(), 30*time.Second, ozk.WithLogger(quiet{}))
+	conn, _, err := ozk.Connect(c.Endpoints(), 30*time.Second, ozk.WithConnectTimeout(30*time.Second), ozk.WithLogger(quiet{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 // once: it used to outlive Close and wait out its 2 s drain.
 func TestCloseEndsMovesAtOnce(t *testing.T) {
 	c := testbed.StartZKT(t, testbed.ZKOptions{})
-	conn, _, err := Connect(c.Endpoints(), 6*time.Second, WithLogger(testutil.Discard{}))
+	conn, _, err := Connect(c.Endpoints(), 6*time.Second, WithConnectTimeout(6*time.Second), WithLogger(testutil.Discard{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,8 +58,11 @@ func WithStaleReads() Option { return func(o *options) { o.stale = true } }
 // transaction to the log. It cannot be combined with WithStaleReads.
 func WithQuorumReads() Option { return func(o *options) { o.quorum = true } }
 
-// WithConnectTimeout bounds how long Connect waits for a server to answer
-// (and for the leader to be known). Default: the session timeout.
+// WithConnectTimeout makes Connect wait, up to d, until the router has
+// probed the servers (so that the first write goes to the leader) and the
+// primary session is established, failing with ErrUnreachable if no
+// server answers or gives it a session. Without it (or with 0) Connect
+// returns at once and connects in the background, as zk.Connect does.
 func WithConnectTimeout(d time.Duration) Option { return func(o *options) { o.connectTimeout = d } }
 
 // WithDialer sets the dialer for sessions and probes (go-zookeeper's

@@ -19,7 +19,7 @@ import (
 func BenchmarkReadModes(b *testing.B) {
 	c := testbed.StartZKT(b, testbed.ZKOptions{})
 	ctx := context.Background()
-	setup, _, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithLogger(quiet{}))
+	setup, _, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithConnectTimeout(sessionTimeout), ozk.WithLogger(quiet{}))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func BenchmarkReadModes(b *testing.B) {
 		name string
 		opts []ozk.Option
 	}{{"sync+get", nil}, {"quorum", []ozk.Option{ozk.WithQuorumReads()}}} {
-		conn, _, err := ozk.Connect(c.Endpoints(), sessionTimeout, append([]ozk.Option{ozk.WithLogger(quiet{})}, m.opts...)...)
+		conn, _, err := ozk.Connect(c.Endpoints(), sessionTimeout, append([]ozk.Option{ozk.WithLogger(quiet{}), ozk.WithConnectTimeout(sessionTimeout)}, m.opts...)...)
 		if err != nil {
 			b.Fatal(err)
 		}

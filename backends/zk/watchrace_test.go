@@ -88,7 +88,7 @@ func TestReconnectWithWatchesIsRaceFree(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := &reconnectStaller{}
-	conn, _, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithDialer(d.dial), ozk.WithLogger(quiet{}))
+	conn, _, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithConnectTimeout(sessionTimeout), ozk.WithDialer(d.dial), ozk.WithLogger(quiet{}))
 	if err != nil {
 		t.Fatal(err)
 	}

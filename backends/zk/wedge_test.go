@@ -121,7 +121,7 @@ func TestFailedCredentialResendDoesNotWedge(t *testing.T) {
 	defer cancel()
 	aclNode(t, c, "/wedge")
 	d := &authCutter{}
-	conn, _, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithDialer(d.dial), ozk.WithLogger(quiet{}))
+	conn, _, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithConnectTimeout(sessionTimeout), ozk.WithDialer(d.dial), ozk.WithLogger(quiet{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestResetStormWithCredentials(t *testing.T) {
 	eps := c.Endpoints()
 	cs := make([]*ozk.Conn, conns)
 	for i := range cs {
-		conn, _, err := ozk.Connect(eps, sessionTimeout, ozk.WithLogger(quiet{}))
+		conn, _, err := ozk.Connect(eps, sessionTimeout, ozk.WithConnectTimeout(sessionTimeout), ozk.WithLogger(quiet{}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -442,7 +442,7 @@ func TestWedgedMemberSessionIsReplaced(t *testing.T) {
 		}
 	}()
 	rec := &recorder{}
-	conn, _, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithDialer(d.dial), ozk.WithLogger(quiet{}), ozk.WithEventLogger(slog.New(rec)))
+	conn, _, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithConnectTimeout(sessionTimeout), ozk.WithDialer(d.dial), ozk.WithLogger(quiet{}), ozk.WithEventLogger(slog.New(rec)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,7 +505,7 @@ func TestWedgedPrimarySessionExpires(t *testing.T) {
 	}
 	d, ep := newConnectHanger(), c.Endpoints()[leader]
 	rec := &recorder{}
-	conn, events, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithDialer(d.dial), ozk.WithLogger(quiet{}), ozk.WithEventLogger(slog.New(rec)))
+	conn, events, err := ozk.Connect(c.Endpoints(), sessionTimeout, ozk.WithConnectTimeout(sessionTimeout), ozk.WithDialer(d.dial), ozk.WithLogger(quiet{}), ozk.WithEventLogger(slog.New(rec)))
 	if err != nil {
 		t.Fatal(err)
 	}

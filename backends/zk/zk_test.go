@@ -21,7 +21,7 @@ const sessionTimeout = 6 * time.Second
 
 func connect(t *testing.T, c *testbed.ZKCluster, opts ...ozk.Option) (*ozk.Conn, <-chan zk.Event) {
 	t.Helper()
-	conn, events, err := ozk.Connect(c.Endpoints(), sessionTimeout, append([]ozk.Option{ozk.WithLogger(quiet{})}, opts...)...)
+	conn, events, err := ozk.Connect(c.Endpoints(), sessionTimeout, append([]ozk.Option{ozk.WithLogger(quiet{}), ozk.WithConnectTimeout(sessionTimeout)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +368,7 @@ func TestOrderAcrossSessionsAndStaleReads(t *testing.T) {
 func TestSessionTimeoutRaisedByServer(t *testing.T) {
 	c := testbed.StartZKT(t, testbed.ZKOptions{})
 	var disconnects atomic.Int64
-	conn, _, err := ozk.Connect(c.Endpoints(), time.Second, ozk.WithLogger(quiet{}), ozk.WithEventCallback(func(ev zk.Event) {
+	conn, _, err := ozk.Connect(c.Endpoints(), time.Second, ozk.WithConnectTimeout(time.Second), ozk.WithLogger(quiet{}), ozk.WithEventCallback(func(ev zk.Event) {
 		if ev.Type == zk.EventSession && ev.State == zk.StateDisconnected {
 			disconnects.Add(1)
 		}

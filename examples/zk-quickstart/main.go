@@ -38,7 +38,9 @@ func main() {
 	}
 	defer ensemble.Close()
 
-	conn, events, err := ozk.Connect(ensemble.Endpoints(), 10*time.Second, ozk.WithPolicy(*policy), ozk.WithLogger(quiet{}))
+	// WithConnectTimeout: wait until the router knows the leader (without
+	// it Connect returns at once, as zk.Connect does).
+	conn, events, err := ozk.Connect(ensemble.Endpoints(), 10*time.Second, ozk.WithPolicy(*policy), ozk.WithConnectTimeout(10*time.Second), ozk.WithLogger(quiet{}))
 	if err != nil {
 		log.Fatal(err)
 	}

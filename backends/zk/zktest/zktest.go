@@ -97,8 +97,9 @@ type Client struct {
 	expired chan struct{}
 }
 
-// Connect is ozk.Connect with a silent go-zookeeper logger; the Client
-// notes when the primary session expires.
+// Connect is ozk.Connect with a silent go-zookeeper logger, waiting for
+// the router's probes and the session up to the session timeout (unless
+// opts say otherwise); the Client notes when the primary session expires.
 func Connect(endpoints []string, sessionTimeout time.Duration, opts ...ozk.Option) (*Client, error) {
 	servers := make([]string, len(endpoints))
 	for i, ep := range endpoints {
@@ -106,7 +107,7 @@ func Connect(endpoints []string, sessionTimeout time.Duration, opts ...ozk.Optio
 	}
 	c := &Client{servers: servers, timeout: sessionTimeout, expired: make(chan struct{})}
 	var once sync.Once
-	opts = append([]ozk.Option{ozk.WithLogger(testutil.Discard{}), ozk.WithEventCallback(func(ev zk.Event) {
+	opts = append([]ozk.Option{ozk.WithLogger(testutil.Discard{}), ozk.WithConnectTimeout(sessionTimeout), ozk.WithEventCallback(func(ev zk.Event) {
 		if ev.State == zk.StateExpired {
 			once.Do(func() { close(c.expired) })
 		}
