@@ -102,8 +102,9 @@ type authCred struct {
 // connects in the background, so that a service may start before its
 // ensemble. Calls made meanwhile wait for a session (within their context;
 // without one, as go-zookeeper's do, until zk.ErrNoServer after a session
-// timeout with no server), and a write made before the leader is known
-// goes where the router sends it, a follower forwarding it. With
+// timeout with no server, a read tried on a second server up to about
+// twice that), and a write made before the leader is known goes where the
+// router sends it, a follower forwarding it. With
 // WithConnectTimeout, Connect waits instead, up to that long, until the
 // router has probed the servers and the primary session is established,
 // so that the first write goes to the leader; it fails with ErrUnreachable
@@ -178,8 +179,7 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	if wait {
 		if err := r.WaitProbed(o.connectTimeout); err != nil {
 			r.Close()
-			c.stopCallbacks()
-			c.releaseProbes()
+			c.stopCallbacks() // the probes released with them
 			// The router's error says why the last probe failed.
 			return nil, nil, fmt.Errorf("%w: %v: %w", ErrUnreachable, srv.addrs, err)
 		}
@@ -187,7 +187,6 @@ func Connect(servers []string, sessionTimeout time.Duration, opts ...Option) (*C
 	if c.primary, err = c.newSession("primary", -1, c.onPrimaryEvent); err != nil {
 		r.Close()
 		c.stopCallbacks()
-		c.releaseProbes()
 		return nil, nil, fmt.Errorf("oproute/zk: %w", err)
 	}
 	c.started.Store(true)

@@ -32,7 +32,8 @@ func exampleZK() error {
 
 	// Without WithConnectTimeout, Connect returns at once and connects in
 	// the background, as zk.Connect does; with it, it waits until the
-	// leader is known, so that the first write goes there.
+	// servers are probed (the leader known), so that the first write goes
+	// to the leader.
 	conn, events, err := ozk.Connect(servers, 10*time.Second, ozk.WithConnectTimeout(5*time.Second), ozk.WithLogger(quiet{}))
 	if err != nil {
 		return err

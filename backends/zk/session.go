@@ -2,6 +2,7 @@ package zk
 
 import (
 	"context"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"sync"
@@ -59,6 +60,9 @@ type session struct {
 	// established the session (UnixNano): a loop that does neither is
 	// stuck (see watchSessions).
 	progress atomic.Int64
+	// established is set once the session has been established: before
+	// that ZooKeeper holds nothing of it that could expire.
+	established atomic.Bool
 }
 
 func (c *Conn) newSession(name string, home int, onEvent zk.EventCallback) (*session, error) {
@@ -172,8 +176,15 @@ func (s *session) Next() (string, bool) {
 		return "", true
 	}
 	t := s.target()
-	if t < 0 {
-		t = max(int(s.cur.Load()), 0)
+	switch {
+	case t >= 0:
+	case s.last >= 0:
+		t = s.last // where it was established last
+	default:
+		// Before the first probes and the first session: a random server,
+		// as go-zookeeper's shuffled list has it, so that a fleet started
+		// together does not all dial the first one.
+		t = active[rand.IntN(n)]
 	}
 	// The target if the session may settle there, then the servers that
 	// serve, then the rest. A target that is out of reach (frozen, cut off)
@@ -230,6 +241,7 @@ func dialOrder(active []int, start int, preferred func(int) bool) []int {
 // server than its last one has moved.
 func (s *session) Connected() {
 	s.progress.Store(time.Now().UnixNano())
+	s.established.Store(true)
 	s.attempt = 0
 	cur := int(s.cur.Load())
 	if cur < 0 {

@@ -20,7 +20,9 @@ import (
 // cannot be replaced without losing the Conn's ephemerals; after twice the
 // session timeout (ZooKeeper has expired it by then, unless the server
 // raised the timeout) it is treated as expired: every call returns
-// zk.ErrSessionExpired, as after ZooKeeper's own expiry.
+// zk.ErrSessionExpired, as after ZooKeeper's own expiry. A primary that
+// has never been established is left alone: ZooKeeper holds nothing of it
+// to expire, and a Conn started before its ensemble waits for it.
 func (c *Conn) watchSessions() {
 	tick := time.NewTicker(max(c.sessionTimeout/8, 100*time.Millisecond))
 	defer tick.Stop()
@@ -65,7 +67,7 @@ func (c *Conn) watchSessions() {
 			if s == c.primary {
 				limit *= 2
 			}
-			if now.Sub(since) <= limit || !serving {
+			if now.Sub(since) <= limit || !serving || s == c.primary && !s.established.Load() {
 				continue
 			}
 			delete(down, s)
