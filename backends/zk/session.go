@@ -34,6 +34,7 @@ type session struct {
 
 	// Provider state; go-zookeeper calls Next and Connected from one goroutine.
 	last      int // the server it was last established on, -1 before the first
+	start     int // a random server to begin with while the target is unknown, -1 until drawn
 	attempt   int
 	lostAt    time.Time     // when the session last had no connection
 	backoff   time.Duration // wait after a full pass over the servers
@@ -66,7 +67,7 @@ type session struct {
 }
 
 func (c *Conn) newSession(name string, home int, onEvent zk.EventCallback) (*session, error) {
-	s := &session{c: c, name: name, home: home, last: -1, authSem: make(chan struct{}, 1)}
+	s := &session{c: c, name: name, home: home, last: -1, start: -1, authSem: make(chan struct{}, 1)}
 	s.cur.Store(-1)
 	conn, events, err := zk.Connect(c.servers().addrs, c.sessionTimeout,
 		zk.WithHostProvider(s),
@@ -181,10 +182,13 @@ func (s *session) Next() (string, bool) {
 	case s.last >= 0:
 		t = s.last // where it was established last
 	default:
-		// Before the first probes and the first session: a random server,
-		// as go-zookeeper's shuffled list has it, so that a fleet started
-		// together does not all dial the first one.
-		t = active[rand.IntN(n)]
+		// Before the first probes and the first session: a server drawn
+		// at random once, as go-zookeeper shuffles its list once, so that
+		// a fleet started together does not all dial the first one.
+		if s.start < 0 || !slices.Contains(active, s.start) {
+			s.start = active[rand.IntN(n)]
+		}
+		t = s.start
 	}
 	// The target if the session may settle there, then the servers that
 	// serve, then the rest. A target that is out of reach (frozen, cut off)
