@@ -83,6 +83,11 @@ type Result struct {
 	// before it was kept.
 	Workload *Workload `json:"workload,omitempty"`
 
+	// CountersLate is set when the cluster's counters at the window's
+	// start were read only after the window had closed (a starved
+	// machine): the server-side counts, server CPU and traffic are then
+	// left out rather than taken from what came after.
+	CountersLate bool `json:"counters_late,omitempty"`
 	// LeaderChanged is set when the servers' leader moved during the trial:
 	// such a trial is not a steady-state measurement.
 	LeaderChanged bool `json:"leader_changed,omitempty"`
@@ -279,6 +284,7 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 		t := after.traffic.Since(before.traffic)
 		r.Traffic = &t
 	}
+	r.CountersLate = late
 	r.LeaderChanged = leaderBefore != leaderAfter || statsAfter.LeaderChanges != statsBefore.LeaderChanges
 	return out, nil
 }

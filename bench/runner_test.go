@@ -118,11 +118,22 @@ func TestQuickRunEndToEnd(t *testing.T) {
 	if len(comps) != 1 || len(comps[0].Trials[router.Hybrid]) != 2 || len(comps[0].Trials[router.RoundRobin]) != 2 {
 		t.Fatalf("comparisons: %+v", comps)
 	}
+	counted := 0
 	for _, res := range Results(comps) {
 		if res.Reads == 0 || res.Writes == 0 || res.ThroughputOps <= 0 || res.ReadP50ms <= 0 || res.WriteP99ms < res.WriteP50ms {
 			t.Errorf("implausible record: %+v", res)
 		}
-		if len(res.ServerWritesByMember) != 3 || len(res.ReadsByMember) != 3 {
+		if len(res.ReadsByMember) != 3 {
+			t.Errorf("router's per-member counts missing: %+v", res)
+		}
+		if res.CountersLate {
+			// A starved machine read the cluster's counters after the
+			// window: the runner leaves the members' counts out.
+			t.Logf("%s trial %d: the cluster's counters came after the window; server-side counts left out", res.Policy, res.Trial)
+			continue
+		}
+		counted++
+		if len(res.ServerWritesByMember) != 3 {
 			t.Errorf("per-member counts missing: %+v", res)
 		}
 		if res.Policy == router.Hybrid && res.ServerWritesByMember[0] < res.ServerWritesByMember[1]+res.ServerWritesByMember[2] {
@@ -133,6 +144,9 @@ func TestQuickRunEndToEnd(t *testing.T) {
 		if tr := res.Traffic; tr == nil || tr.ClientTotal == 0 || tr.PeerCrossZone == 0 || tr.PeerCrossZone > tr.PeerTotal || tr.ClientCrossZone > tr.ClientTotal {
 			t.Errorf("%s trial %d: implausible traffic %+v", res.Policy, res.Trial, tr)
 		}
+	}
+	if counted == 0 {
+		t.Error("every trial's cluster counters came after its window: nothing server-side was checked")
 	}
 	dir := t.TempDir()
 	if err := WriteFiles(dir, comps, "header"); err != nil {
@@ -146,8 +160,15 @@ func TestQuickRunEndToEnd(t *testing.T) {
 	if err := json.Unmarshal(b, &records); err != nil || len(records) != 4 {
 		t.Fatalf("results.json: %d records, %v", len(records), err)
 	}
+	rec := records[0]
+	for _, r := range records {
+		if _, late := r["counters_late"]; !late {
+			rec = r // a record whose server-side fields were kept
+			break
+		}
+	}
 	for _, field := range []string{"scenario", "backend", "policy", "trial", "read_p50_ms", "read_p99_ms", "write_p50_ms", "write_p99_ms", "throughput_ops", "errors", "reads_by_member", "writes_by_member", "traffic"} {
-		if _, ok := records[0][field]; !ok {
+		if _, ok := rec[field]; !ok {
 			t.Errorf("results.json lacks %q", field)
 		}
 	}
