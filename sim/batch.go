@@ -175,23 +175,10 @@ func (s *world) handleBatch(e event) {
 	b := &s.batches[i]
 	switch e.kind {
 	case batchFanArrive: // an earlier request's confirmation costs its follower all the same
-		f := int(e.member)
-		if s.down[f] || s.leader < 0 {
-			return // no acknowledgement
-		}
-		end := s.job(f, e.cost)
-		e.kind = batchFanAck
-		if s.ackCost > 0 {
-			e.kind = batchAckArrive // the leader takes the acknowledgement in turn
-		}
-		s.at(end+s.hop(f, s.leader), e)
+		s.fanJob(e, batchAckArrive, batchFanAck)
 		return
 	case batchAckArrive:
-		if s.leader < 0 || s.down[e.member] {
-			return
-		}
-		e.kind = batchFanAck
-		s.at(s.job(s.leader, s.ackCost), e)
+		s.ackJob(e, batchFanAck)
 		return
 	}
 	if !b.busy || e.gen < b.first {

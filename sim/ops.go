@@ -178,22 +178,9 @@ func (s *world) handle(e event, k int, o *operation) bool {
 		}
 		s.at(s.job(st.dst, st.cost), event{worker: e.worker, kind: stepDone, gen: e.gen})
 	case fanArrive: // an earlier operation's fan-out costs its follower all the same
-		f := int(e.member)
-		if s.down[f] || s.leader < 0 {
-			return false // no acknowledgement
-		}
-		end := s.job(f, e.cost)
-		kind := fanAck
-		if s.ackCost > 0 {
-			kind = ackArrive // the leader takes the acknowledgement in turn
-		}
-		s.at(end+s.hop(f, s.leader), event{worker: e.worker, member: e.member, kind: kind, gen: e.gen})
+		s.fanJob(e, ackArrive, fanAck)
 	case ackArrive:
-		if s.leader < 0 || s.down[e.member] {
-			return false // lost with the leader, or with the follower's queued work
-		}
-		e.kind = fanAck
-		s.at(s.job(s.leader, s.ackCost), e)
+		s.ackJob(e, fanAck)
 	case fanAck:
 		if e.gen != o.gen || o.acks == s.quorum || s.down[e.member] {
 			return false // an earlier operation's, past the quorum, or lost with the follower's queued work
@@ -246,4 +233,31 @@ func (s *world) next(k int, o *operation) bool {
 	}
 	o.outcome = router.OK
 	return true
+}
+
+// fanJob runs a fan-out's job at follower e.member and sends its
+// acknowledgement to the leader: as arrive, for the leader to take in
+// turn, when acknowledgements cost it CPU, else as ack. A follower down,
+// or no leader, acknowledges nothing.
+func (s *world) fanJob(e event, arrive, ack eventKind) {
+	f := int(e.member)
+	if s.down[f] || s.leader < 0 {
+		return
+	}
+	end := s.job(f, e.cost)
+	e.kind = ack
+	if s.ackCost > 0 {
+		e.kind = arrive
+	}
+	s.at(end+s.hop(f, s.leader), e)
+}
+
+// ackJob has the leader take acknowledgement e in turn, then counts it
+// (as ack); lost with the leader, or with the follower's queued work.
+func (s *world) ackJob(e event, ack eventKind) {
+	if s.leader < 0 || s.down[e.member] {
+		return
+	}
+	e.kind = ack
+	s.at(s.job(s.leader, s.ackCost), e)
 }
