@@ -77,7 +77,7 @@ func outcomeOf(ctx context.Context, di balancer.DoneInfo) router.Outcome {
 //   - AppError: the member answered and refused the request on its merits.
 //     Database space exceeded (ErrGRPCNoSpace) is here too: the NOSPACE
 //     alarm is cluster-wide and refuses writes on every member, which says
-//     nothing about this one's health, whatever its ResourceExhausted code.
+//     nothing about this one's health.
 var etcdOutcomes = map[error]router.Outcome{
 	// KV.
 	rpctypes.ErrGRPCEmptyKey:                router.AppError,
@@ -163,16 +163,22 @@ var etcdOutcomes = map[error]router.Outcome{
 }
 
 // codeOutcomes classifies the errors that are not etcd's by their gRPC
-// code. A code absent here is the member refusing the request on its
-// merits (InvalidArgument, NotFound, AlreadyExists, PermissionDenied,
+// code. A code absent here is the request refused on its merits
+// (InvalidArgument, NotFound, AlreadyExists, PermissionDenied,
 // Unauthenticated, FailedPrecondition, OutOfRange, Aborted, Unimplemented,
-// DataLoss…): AppError. codes.Canceled never gets here.
+// DataLoss…): AppError. ResourceExhausted is among them: what gRPC raises
+// with it is nearly always a message over a size limit, the client's
+// (MaxCallRecvMsgSize, MaxCallSendMsgSize) or the server's, which every
+// member would refuse alike; else an HTTP/2 stream reset for flow control
+// or ENHANCE_YOUR_CALM, the latter a server tired of the client's own
+// pings, which its keep-alive settings bring on every member alike. etcd's
+// own overload ("too many requests") is matched as etcd's error first.
+// codes.Canceled never gets here.
 var codeOutcomes = map[codes.Code]router.Outcome{
-	codes.Unavailable:       router.MemberFault, // the transport failed, the server is going away
-	codes.Internal:          router.MemberFault,
-	codes.Unknown:           router.MemberFault, // also any plain Go error with no status (io.EOF, a net.Error)
-	codes.DeadlineExceeded:  router.MemberFault, // the server's own deadline: the caller's is still live
-	codes.ResourceExhausted: router.Overloaded,
+	codes.Unavailable:      router.MemberFault, // the transport failed, the server is going away
+	codes.Internal:         router.MemberFault,
+	codes.Unknown:          router.MemberFault, // also any plain Go error with no status (io.EOF, a net.Error)
+	codes.DeadlineExceeded: router.MemberFault, // the server's own deadline: the caller's is still live
 }
 
 // byEtcdError and byStatus index etcdOutcomes for etcdOutcome. rpctypes.Error

@@ -218,7 +218,8 @@ func TestOutcomeEtcdErrorsAsEtcdSendsThem(t *testing.T) {
 		{"not leader is member_fault though FailedPrecondition is app_error", onTheWire(rpctypes.ErrGRPCNotLeader), router.MemberFault},
 		{"learner is member_fault though FailedPrecondition is app_error", onTheWire(rpctypes.ErrGRPCNotSupportedForLearner), router.MemberFault},
 		{"corrupt is member_fault though DataLoss is app_error", onTheWire(rpctypes.ErrGRPCCorrupt), router.MemberFault},
-		{"no space is app_error though ResourceExhausted is overloaded", onTheWire(rpctypes.ErrGRPCNoSpace), router.AppError},
+		{"too many requests is overloaded though ResourceExhausted is app_error", onTheWire(rpctypes.ErrGRPCRequestTooManyRequests), router.Overloaded},
+		{"no space is app_error", onTheWire(rpctypes.ErrGRPCNoSpace), router.AppError},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := outcomeOf(live, served(tc.err)); got != tc.want {
@@ -237,7 +238,7 @@ func TestOutcomeByGRPCCode(t *testing.T) {
 		codes.NotFound:           router.AppError,
 		codes.AlreadyExists:      router.AppError,
 		codes.PermissionDenied:   router.AppError,
-		codes.ResourceExhausted:  router.Overloaded,
+		codes.ResourceExhausted:  router.AppError, // a message over a size limit, every member's alike
 		codes.FailedPrecondition: router.AppError,
 		codes.Aborted:            router.AppError,
 		codes.OutOfRange:         router.AppError,
