@@ -170,7 +170,9 @@
 // left behind, and the next call on its server opens a new one; the primary
 // session, after twice the session timeout (ZooKeeper has expired it by
 // then unless a server raised the timeout), counts as expired, as above
-// (calls already waiting on it end with their context). Only time during
+// (calls already waiting on it end with their context). A primary never
+// yet established is only told of, once (never_established): ZooKeeper
+// holds nothing of it to expire, and the Conn waits on. Only time during
 // which some server serves counts: ZooKeeper keeps sessions through an
 // election or an ensemble restart. The goroutines of a session left
 // behind that way end when its loop gets out; Close waits for them no

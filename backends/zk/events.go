@@ -14,7 +14,9 @@ const (
 	EventSessionExpired = "zk_session_expired" // ZooKeeper expired a session (the primary's: its ephemerals are gone)
 	// A session had no server for longer than its timeout (the primary:
 	// twice that) while servers answered: replaced (a member session) or
-	// treated as expired (the primary); attrs session, without_server.
+	// treated as expired (the primary); attrs session, without_server. A
+	// primary never yet established is told once, with never_established,
+	// and waited for still.
 	EventSessionWedged = "zk_session_wedged"
 )
 

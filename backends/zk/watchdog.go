@@ -22,11 +22,13 @@ import (
 // raised the timeout) it is treated as expired: every call returns
 // zk.ErrSessionExpired, as after ZooKeeper's own expiry. A primary that
 // has never been established is left alone: ZooKeeper holds nothing of it
-// to expire, and a Conn started before its ensemble waits for it.
+// to expire, and a Conn started before its ensemble waits for it; it is
+// told of once, so that a first handshake stuck for good is seen.
 func (c *Conn) watchSessions() {
 	tick := time.NewTicker(max(c.sessionTimeout/8, 100*time.Millisecond))
 	defer tick.Stop()
 	down := map[*session]time.Time{} // sessions without a server, since
+	toldFirst := false               // a never established primary's wedge told
 	for {
 		select {
 		case <-c.done:
@@ -67,7 +69,16 @@ func (c *Conn) watchSessions() {
 			if s == c.primary {
 				limit *= 2
 			}
-			if now.Sub(since) <= limit || !serving || s == c.primary && !s.established.Load() {
+			if now.Sub(since) <= limit || !serving {
+				continue
+			}
+			if s == c.primary && !s.established.Load() {
+				if !toldFirst && !c.closed.Load() {
+					toldFirst = true
+					c.onEvent(router.Event{Kind: EventSessionWedged, Warn: true, Attrs: []slog.Attr{
+						slog.String("session", s.name), slog.Duration("without_server", now.Sub(since)),
+						slog.Bool("never_established", true)}})
+				}
 				continue
 			}
 			delete(down, s)

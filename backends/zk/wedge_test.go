@@ -391,6 +391,9 @@ type connectHanger struct {
 	release chan struct{}
 }
 
+// anyServer arms a connectHanger for whichever server is dialed next.
+const anyServer = "*"
+
 func newConnectHanger() *connectHanger {
 	d := &connectHanger{release: make(chan struct{})}
 	d.addr.Store("")
@@ -414,7 +417,7 @@ type hangConn struct {
 
 func (c *hangConn) Write(b []byte) (int, error) {
 	c.writes++
-	if c.writes == 1 && len(b) > 4 && c.d.addr.CompareAndSwap(c.addr, "") {
+	if c.writes == 1 && len(b) > 4 && (c.d.addr.CompareAndSwap(c.addr, "") || c.d.addr.CompareAndSwap(anyServer, "")) {
 		c.d.hung.Add(1)
 		<-c.d.release
 	}
@@ -547,5 +550,62 @@ func TestWedgedPrimarySessionExpires(t *testing.T) {
 			t.Fatal("no StateExpired event on the Conn's channel")
 		}
 		break
+	}
+}
+
+// A primary whose first handshake is stuck (its connect request's write
+// never returns) while the servers answer probes was never established:
+// ZooKeeper holds nothing of it to expire, so the watchdog does not count
+// it expired, as it would an established one, but tells once that it is
+// wedged. Once the write gets through, the Conn serves.
+func TestWedgedFirstHandshakeIsToldNotExpired(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := c.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 2 * time.Second // the primary counts as wedged after twice this
+	d := newConnectHanger()
+	d.addr.Store(anyServer)
+	released := false
+	defer func() {
+		if !released {
+			close(d.release)
+		}
+	}()
+	rec := &recorder{}
+	var expired atomic.Int32
+	conn, _, err := ozk.Connect(c.Endpoints(), timeout, ozk.WithDialer(d.dial), ozk.WithLogger(quiet{}), ozk.WithEventLogger(slog.New(rec)),
+		ozk.WithEventCallback(func(ev zk.Event) {
+			if ev.State == zk.StateExpired {
+				expired.Add(1)
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	testutil.Poll(t, 2*timeout+10*time.Second, "the stuck first handshake told", func() bool {
+		return rec.count(ozk.EventSessionWedged, "session=primary", "never_established=true") > 0
+	})
+	if d.hung.Load() != 1 {
+		t.Fatalf("%d handshakes hung, want the primary's first", d.hung.Load())
+	}
+	if n := expired.Load(); n != 0 {
+		t.Fatalf("the primary, never established, counted as expired (%d StateExpired events)", n)
+	}
+	close(d.release)
+	released = true
+	cctx, ccancel := context.WithTimeout(ctx, 15*time.Second)
+	defer ccancel()
+	if _, err := conn.CreateContext(cctx, "/first", []byte("x"), 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatalf("a write once the handshake got through: %v", err)
+	}
+	if n := rec.count(ozk.EventSessionWedged); n != 1 {
+		t.Errorf("%d %s events, want the one", n, ozk.EventSessionWedged)
+	}
+	if n := expired.Load(); n != 0 {
+		t.Errorf("%d StateExpired events, want none", n)
 	}
 }
