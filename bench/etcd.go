@@ -176,7 +176,10 @@ func (c *etcdCluster) Connect(ctx context.Context, policy string, conns int) (Cl
 		}
 		return sc, nil
 	}
-	opts := []etcd.Option{etcd.WithPolicy(routedPolicy(policy)), etcd.WithConnsPerMember(conns), etcd.WithRouterConfig(routerTune(policy))}
+	// The routed client waits for its probes, so that a trial starts with
+	// the leader known; the warm-up makes every client's connections.
+	opts := []etcd.Option{etcd.WithPolicy(routedPolicy(policy)), etcd.WithConnsPerMember(conns), etcd.WithRouterConfig(routerTune(policy)),
+		etcd.WithConnectTimeout(c.clientConfig(nil).DialTimeout)}
 	if zones, ok := c.zonesByEndpoint(); ok {
 		opts = append(opts, etcd.WithZones(c.clientZone, zones))
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -34,8 +36,9 @@ type Client struct {
 	router  *router.Router
 	id      string
 	current atomic.Pointer[clientv3.Client] // for the prober, which starts before New returns
-	closed  atomic.Bool
-	ended   chan struct{} // closed when endWithInner has stopped the router
+	closed  atomic.Bool                     // the router has ended (endWithInner)
+	ended   chan struct{}                   // closed when endWithInner has stopped the router
+	closing sync.Once                       // Close closes the embedded client once
 	streams *streams
 	// routerReady is router once New has it: the probe loop's hook starts
 	// before New returns.
@@ -63,8 +66,8 @@ var (
 	ErrNoEndpoints = fmt.Errorf("oproute/etcd: no endpoints: %w", router.ErrNoMembers)
 	// ErrInvalidEndpoint: an endpoint is not a host:port or URL.
 	ErrInvalidEndpoint = errors.New("oproute/etcd: invalid endpoint")
-	// ErrUnreachable: Config.DialTimeout passed with no member answering.
-	// It wraps router.ErrUnreachable.
+	// ErrUnreachable: the WithConnectTimeout wait passed with no member
+	// answering. It wraps router.ErrUnreachable.
 	ErrUnreachable = fmt.Errorf("oproute/etcd: %w", router.ErrUnreachable)
 )
 
@@ -73,6 +76,8 @@ var errNotConnected = errors.New("no ready connection")
 
 type options struct {
 	members.Options
+	connectTimeout time.Duration
+	serviceConfig  string
 	connsPerMember int
 	events         *slog.Logger
 	leaderWait     time.Duration
@@ -85,6 +90,16 @@ type Option func(*options)
 // hybrid with an option on: router.HybridHedge, router.HybridP2C). Default
 // is router.Hybrid.
 func WithPolicy(name string) Option { return func(o *options) { o.Policy = name } }
+
+// WithConnectTimeout makes New wait, up to d, until the router has probed
+// the members (the leader is known, or every member has answered), so that
+// the first write goes to the leader; New fails with ErrUnreachable if no
+// member answers in time. Without it (or with 0) New returns as
+// clientv3.New does, at once, and the first calls find the members as
+// they come up. clientv3.Config.DialTimeout keeps its own meaning (the
+// wait for an auth token, RejectOldCluster's status calls, the lease
+// keep-alive timeout).
+func WithConnectTimeout(d time.Duration) Option { return func(o *options) { o.connectTimeout = d } }
 
 // WithConnsPerMember sets how many gRPC connections are kept per member.
 // Default is pool.DefaultSize (1, as stock clientv3 keeps), whatever the
@@ -154,10 +169,11 @@ var clientSeq atomic.Uint64
 // the leader, linearizable reads over the healthy read pool (with the
 // default policy). It is a drop-in for clientv3.New(cfg).
 //
-// Like clientv3 3.7, New does not wait for connections, unless
-// cfg.DialTimeout is set: then it waits until the leader is known (or every
-// member has answered a probe) and fails with ErrUnreachable if no member
-// answers in time.
+// As clientv3.New (v3.7) does, New does not wait for connections, whatever
+// cfg.DialTimeout: a cluster not yet up, or a TLS mistake, shows on the
+// first calls. WithConnectTimeout makes it wait until the leader is known
+// (or every member has answered a probe), failing with ErrUnreachable if
+// no member answers in time.
 func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 	o := options{connsPerMember: pool.DefaultSize, leaderWait: DefaultLeaderWait}
 	for _, opt := range opts {
@@ -165,6 +181,9 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 	}
 	if o.connsPerMember < 1 || o.connsPerMember > 64 {
 		return nil, fmt.Errorf("%w: %d connections per member, want 1..64", router.ErrInvalidConfig, o.connsPerMember)
+	}
+	if o.connectTimeout < 0 {
+		return nil, fmt.Errorf("%w: connect timeout %v, want ≥ 0", router.ErrInvalidConfig, o.connectTimeout)
 	}
 	if o.leaderWait < 0 {
 		return nil, fmt.Errorf("%w: leader wait %v, want ≥ 0", router.ErrInvalidConfig, o.leaderWait)
@@ -178,6 +197,10 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 	}
 
 	c := &Client{id: "c" + strconv.FormatUint(clientSeq.Add(1), 10), zones: o.Zones, endpoints: slices.Clone(cfg.Endpoints), leaderWait: o.leaderWait}
+	sc, err := serviceConfig(o.serviceConfig, c.id)
+	if err != nil {
+		return nil, err
+	}
 	c.streams = newStreams(func() *router.Router { return c.routerReady.Load() }, func(ctx context.Context, m router.Member) error {
 		_, err := c.probe(ctx, m)
 		return err
@@ -215,10 +238,11 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 
 	// etcd's resolver forces round_robin through its service config;
 	// disabling resolver service configs lets our default one name our
-	// balancer. Our options go last so they win.
+	// balancer, with the user's method configs (WithServiceConfig). Our
+	// options go last so they win.
 	cfg.DialOptions = append(slices.Clone(cfg.DialOptions),
 		grpc.WithDisableServiceConfig(),
-		grpc.WithDefaultServiceConfig(fmt.Sprintf(`{"loadBalancingConfig":[{%q:{"router":%q}}]}`, balancerName, c.id)),
+		grpc.WithDefaultServiceConfig(sc),
 		grpc.WithChainUnaryInterceptor(c.unary),
 		grpc.WithChainStreamInterceptor(c.streams.intercept),
 	)
@@ -233,8 +257,8 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 	c.ended = make(chan struct{})
 	go c.endWithInner(cli)
 	r.Refresh()
-	if cfg.DialTimeout > 0 {
-		if err := c.waitReachable(cfg.DialTimeout); err != nil {
+	if o.connectTimeout > 0 {
+		if err := c.waitReachable(o.connectTimeout); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -428,27 +452,33 @@ func (c *Client) Collector() prometheus.Collector { return c.router.Collector() 
 func (c *Client) Stats() router.Stats { return c.router.Stats() }
 
 // Close closes the etcd client and stops the router. It is idempotent,
-// and returns once the router's goroutines have ended.
+// and returns once the router's goroutines have ended. It closes the
+// embedded client even when the router has already ended with it.
 func (c *Client) Close() error {
-	if c.closed.Swap(true) {
-		<-c.ended
-		return nil
-	}
-	err := c.Client.Close() // cancels its Ctx: endWithInner stops the router
+	var err error
+	c.closing.Do(func() {
+		err = c.Client.Close() // cancels its Ctx: endWithInner stops the router
+		if errors.Is(err, context.Canceled) {
+			err = nil // clientv3 reports its own cancelled context on a clean close
+		}
+	})
 	<-c.ended
-	if errors.Is(err, context.Canceled) {
-		err = nil // clientv3 reports its own cancelled context on a clean close
-	}
 	return err
 }
 
-// endWithInner stops the router when the embedded clientv3 client is
-// closed, by Close or by anyone holding it: wrappers such as etcd's
-// kubernetes.Client close only the client they embed, and a router left
-// probing would be a leak per wrapper.
+// endWithInner stops the router when the embedded clientv3 client ends,
+// however it ends: closed by Close or by anyone holding it (wrappers such
+// as etcd's kubernetes.Client close only the client they embed), or its
+// connection closed (ActiveConnection().Close()), after which no call
+// can succeed. A router left probing would be a leak per wrapper.
 func (c *Client) endWithInner(cli *clientv3.Client) {
 	defer close(c.ended)
-	<-cli.Ctx().Done()
+	conn := cli.ActiveConnection()
+	for s := conn.GetState(); s != connectivity.Shutdown; s = conn.GetState() {
+		if !conn.WaitForStateChange(cli.Ctx(), s) {
+			break // the client was closed
+		}
+	}
 	c.closed.Store(true)
 	if e := c.entry.Load(); e != nil {
 		e.leader.close()

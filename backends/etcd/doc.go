@@ -32,9 +32,13 @@
 // that embeds *clientv3.Client, so KV, Txn, Watch, Lease, Cluster,
 // Maintenance and Auth work unchanged; TLS, credentials and DialOptions
 // apply to every connection, leader probes (Maintenance.Status on the
-// client's own connections, every 250 ms) included.
+// client's own connections, every 250 ms) included. As clientv3.New
+// (v3.7), New returns at once and the first calls find the members as they
+// come up; WithConnectTimeout makes it wait until the leader is known.
+// WithServiceConfig gives the connection the caller's gRPC method configs
+// (timeouts, retry policies) beside the router's balancer.
 //
-//	cli, err := etcd.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+//	cli, err := etcd.New(clientv3.Config{Endpoints: endpoints}, etcd.WithConnectTimeout(5*time.Second))
 //	if err != nil {
 //		return err
 //	}
@@ -50,7 +54,7 @@
 //
 // Errors are etcd's and gRPC's, unchanged (rpctypes, status codes); the
 // client's own are ErrNoEndpoints, ErrInvalidEndpoint, ErrUnreachable (New
-// with a DialTimeout and no member answering) and the router's
+// with WithConnectTimeout and no member answering) and the router's
 // configuration errors. Writes are never retried by the router: a write
 // whose connection broke may have been applied, as with clientv3.
 //

@@ -72,6 +72,13 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"unknown policy", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithPolicy("fastest")}, router.ErrUnknownPolicy},
 		{"zero conns", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithConnsPerMember(0)}, router.ErrInvalidConfig},
 		{"negative leader wait", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithLeaderWait(-time.Second)}, router.ErrInvalidConfig},
+		{"negative connect timeout", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithConnectTimeout(-time.Second)}, router.ErrInvalidConfig},
+		{"service config not JSON", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithServiceConfig(`{"methodConfig":`)}, router.ErrInvalidConfig},
+		{"service config not an object", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithServiceConfig(`[]`)}, router.ErrInvalidConfig},
+		{"service config with a balancer", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`)}, router.ErrInvalidConfig},
+		{"service config with a balancing policy", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithServiceConfig(`{"LoadBalancingPolicy":"pick_first"}`)}, router.ErrInvalidConfig},
+		{"service config with health checking", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithServiceConfig(`{"healthCheckConfig":{"serviceName":""}}`)}, router.ErrInvalidConfig},
+		{"service config gRPC refuses", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithServiceConfig(`{"methodConfig":[{"name":[{"service":"etcdserverpb.KV"}],"timeout":"soon"}]}`)}, router.ErrInvalidConfig},
 		{"nonsense ratio", []string{"127.0.0.1:2379"}, []etcd.Option{etcd.WithRouterConfig(func(c *router.Config) { c.EjectRatio = -3 })}, router.ErrInvalidConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -88,7 +95,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 
 func newClient(t *testing.T, c *testbed.EtcdCluster, opts ...etcd.Option) *etcd.Client {
 	t.Helper()
-	cli, err := etcd.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop(), DialTimeout: 5 * time.Second, TLS: c.ClientTLS()}, opts...)
+	cli, err := etcd.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop(), DialTimeout: 5 * time.Second, TLS: c.ClientTLS()}, append([]etcd.Option{etcd.WithConnectTimeout(5 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +115,7 @@ func newClient(t *testing.T, c *testbed.EtcdCluster, opts ...etcd.Option) *etcd.
 func observedClient(t *testing.T, c *testbed.EtcdCluster, level zapcore.Level) (*etcd.Client, *observer.ObservedLogs) {
 	t.Helper()
 	core, logs := observer.New(level)
-	cli, err := etcd.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.New(core), DialTimeout: 5 * time.Second})
+	cli, err := etcd.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.New(core), DialTimeout: 5 * time.Second}, etcd.WithConnectTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,11 +271,32 @@ func TestTLSReachesProbes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// newClient waited for every probe to answer: over TLS.
-	// Without the CA nothing answers, and New says so.
+	// Without the CA nothing answers. New returns at once all the same,
+	// as clientv3.New does, and the first call fails as stock's does;
+	// with WithConnectTimeout New itself says so.
 	bad := c.ClientTLS()
 	bad.RootCAs = nil
-	if _, err := etcd.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop(), DialTimeout: time.Second, TLS: bad}); !errors.Is(err, router.ErrUnreachable) {
-		t.Fatalf("untrusted certificate: err = %v, want ErrUnreachable", err)
+	badCfg := clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop(), DialTimeout: 10 * time.Second, TLS: bad}
+	stock, err := clientv3.New(badCfg)
+	if err != nil {
+		t.Fatalf("stock New with an untrusted certificate: %v, want nil", err)
+	}
+	defer stock.Close()
+	routed, err := etcd.New(badCfg)
+	if err != nil {
+		t.Fatalf("New with an untrusted certificate: %v, want nil as stock's", err)
+	}
+	defer routed.Close()
+	for name, kv := range map[string]clientv3.KV{"stock": stock, "routed": routed} {
+		callCtx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := kv.Get(callCtx, "tls")
+		cancel()
+		if err == nil {
+			t.Fatalf("%s: a Get with an untrusted certificate succeeded", name)
+		}
+	}
+	if _, err := etcd.New(badCfg, etcd.WithConnectTimeout(time.Second)); !errors.Is(err, router.ErrUnreachable) {
+		t.Fatalf("untrusted certificate, WithConnectTimeout: err = %v, want ErrUnreachable", err)
 	}
 }
 
@@ -383,7 +411,7 @@ func TestCredentialsApplyEverywhere(t *testing.T) {
 		}
 	}
 	cfg := clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop(), DialTimeout: 5 * time.Second, Username: "root", Password: "rootpw"}
-	cli, err := etcd.New(cfg)
+	cli, err := etcd.New(cfg, etcd.WithConnectTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +431,7 @@ func TestCredentialsApplyEverywhere(t *testing.T) {
 	// The least privileged user: its prefix only, and routed as root is.
 	appCfg := cfg
 	appCfg.Username, appCfg.Password = "app", "apppw"
-	app, err := etcd.New(appCfg)
+	app, err := etcd.New(appCfg, etcd.WithConnectTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +451,7 @@ func TestCredentialsApplyEverywhere(t *testing.T) {
 	// says once that its probes are refused.
 	var refused atomic.Int32
 	anon, err := etcd.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop(), DialTimeout: 5 * time.Second},
-		etcd.WithRouterConfig(func(rc *router.Config) {
+		etcd.WithConnectTimeout(5*time.Second), etcd.WithRouterConfig(func(rc *router.Config) {
 			rc.OnEvent = func(e router.Event) {
 				if e.Kind == etcd.EventStatusRefused {
 					refused.Add(1)
@@ -619,7 +647,7 @@ func TestMetricsAndEvents(t *testing.T) {
 func TestEndpointsFollowed(t *testing.T) {
 	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
 	eps := c.Endpoints()
-	cli, err := etcd.New(clientv3.Config{Endpoints: eps[:2], Logger: zap.NewNop(), DialTimeout: 5 * time.Second})
+	cli, err := etcd.New(clientv3.Config{Endpoints: eps[:2], Logger: zap.NewNop(), DialTimeout: 5 * time.Second}, etcd.WithConnectTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -726,7 +754,7 @@ func TestUnixEndpoints(t *testing.T) {
 			eps = append(eps, "unix:"+path)
 		}
 	}
-	cli, err := etcd.New(clientv3.Config{Endpoints: eps, Logger: zap.NewNop(), DialTimeout: 5 * time.Second})
+	cli, err := etcd.New(clientv3.Config{Endpoints: eps, Logger: zap.NewNop(), DialTimeout: 5 * time.Second}, etcd.WithConnectTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -773,7 +801,7 @@ func TestAdvertisedURLsDiffer(t *testing.T) {
 	for _, ep := range c.Endpoints() {
 		eps = append(eps, strings.Replace(strings.TrimPrefix(ep, "http://"), "127.0.0.1", "localhost", 1))
 	}
-	cli, err := etcd.New(clientv3.Config{Endpoints: eps, Logger: zap.NewNop(), DialTimeout: 5 * time.Second})
+	cli, err := etcd.New(clientv3.Config{Endpoints: eps, Logger: zap.NewNop(), DialTimeout: 5 * time.Second}, etcd.WithConnectTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,9 @@ func exampleEtcd() error {
 	defer cluster.Close()
 	endpoints := cluster.Endpoints()
 
-	cli, err := etcd.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	// New returns at once, as clientv3.New does; WithConnectTimeout waits
+	// until the leader is known, so that the first write goes to it.
+	cli, err := etcd.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second}, etcd.WithConnectTimeout(5*time.Second))
 	if err != nil {
 		return err
 	}

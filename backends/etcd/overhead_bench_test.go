@@ -64,7 +64,7 @@ func BenchmarkStockVsRouted(b *testing.B) {
 			name string
 			open func() (clientv3.KV, func() error, error)
 		}{v.name, func() (clientv3.KV, func() error, error) {
-			cli, err := etcd.New(cfg, v.opts...)
+			cli, err := etcd.New(cfg, append([]etcd.Option{etcd.WithConnectTimeout(cfg.DialTimeout)}, v.opts...)...)
 			if err != nil {
 				return nil, nil, err
 			}

@@ -35,7 +35,7 @@ func main() {
 	defer cluster.Close()
 
 	cli, err := etcd.New(clientv3.Config{Endpoints: cluster.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()},
-		etcd.WithPolicy(*policy))
+		etcd.WithPolicy(*policy), etcd.WithConnectTimeout(5*time.Second)) // wait for the leader
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func main() {
 
 	events := slog.New(slog.NewTextHandler(os.Stdout, nil))
 	cli, err := etcd.New(clientv3.Config{Endpoints: cluster.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()},
-		etcd.WithEventLogger(events))
+		etcd.WithEventLogger(events), etcd.WithConnectTimeout(5*time.Second)) // wait for the leader
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -20,10 +20,11 @@
 // (newETCD3Client in k8s.io/apiserver/pkg/storage/storagebackend/factory)
 // where the config leaves them zero:
 //
-//   - DialTimeout 20 s. With it New waits until the leader is known (or
-//     every member has answered), as kube-apiserver waits for a ready
-//     connection before it serves, so that the first write already goes to
-//     the leader; it fails with etcd.ErrUnreachable when no member answers.
+//   - DialTimeout 20 s, and New waits as long until the leader is known
+//     (or every member has answered; etcd.WithConnectTimeout, which opts
+//     may change), as kube-apiserver waits for a ready connection before
+//     it serves, so that the first write already goes to the leader; it
+//     fails with etcd.ErrUnreachable when no member answers.
 //   - DialKeepAliveTime 30 s and DialKeepAliveTimeout 10 s: gRPC pings that
 //     find a dead member without waiting for TCP. They apply to every
 //     pooled connection, one per member.

@@ -22,7 +22,10 @@ const (
 // (package doc); opts are backends/etcd's. Closing the client ends the
 // router.
 func New(cfg clientv3.Config, opts ...etcd.Option) (*kubernetes.Client, error) {
-	c, err := etcd.New(APIServerConfig(cfg), opts...)
+	cfg = APIServerConfig(cfg)
+	// kube-apiserver waits for a ready connection before it serves; New
+	// waits for the leader in its place (the caller's opts may change it).
+	c, err := etcd.New(cfg, append([]etcd.Option{etcd.WithConnectTimeout(cfg.DialTimeout)}, opts...)...)
 	if err != nil {
 		return nil, err // already oproute/etcd's, with its sentinels
 	}

@@ -53,7 +53,7 @@ func (Harness) NewClusterOn(t *testing.T, topo testbed.Topology) conformance.Clu
 
 // Connect returns a routed client with the named policy.
 func (Harness) Connect(endpoints []string, policy string) (conformance.Client, error) {
-	return Connect(clientv3.Config{Endpoints: endpoints, DialTimeout: conformance.ConnectTimeout}, etcd.WithPolicy(policy))
+	return Connect(clientv3.Config{Endpoints: endpoints, DialTimeout: conformance.ConnectTimeout}, etcd.WithPolicy(policy), etcd.WithConnectTimeout(conformance.ConnectTimeout))
 }
 
 // Cluster is a test-bed cluster as the conformance suite sees it.

@@ -168,7 +168,9 @@ func (c *storageCluster) Connect(ctx context.Context, policy string, conns int) 
 			opts = append(opts, etcd.WithZones(c.clientZone, c.zones))
 		}
 		var ec *etcd.Client
-		if ec, err = etcd.New(clientConfig(eps), opts...); err == nil {
+		cfg := clientConfig(eps)
+		opts = append(opts, etcd.WithConnectTimeout(cfg.DialTimeout)) // as kubernetes.New waits
+		if ec, err = etcd.New(cfg, opts...); err == nil {
 			sc.routed = ec
 			err = add(okube.Wrap(ec))
 		}
