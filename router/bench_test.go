@@ -12,7 +12,7 @@ import (
 // BenchmarkPick measures Pick + Done for every policy on the 80/20 mix, in
 // parallel so that contention on the shared counters shows with -cpu 1,2;
 // "+metrics" with the Prometheus collector on (a histogram observation per
-// read), "+p2c" with LoadAware, "+hedge" with hedging configured (the pick
+// read and write), "+p2c" with LoadAware, "+hedge" with hedging configured (the pick
 // and completion side of it: the slot lookup and the latency ring; the
 // race itself is a backend's call).
 func BenchmarkPick(b *testing.B) {

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -78,6 +79,8 @@ func TestMetricsAndEvents(t *testing.T) {
 	expect("oproute_operations_total", 50, "member", "m0", "class", "write", "outcome", "ok")
 	expect("oproute_operations_total", 100, "member", "m1", "class", "linearizable_read", "outcome", "ok")
 	expect("oproute_read_latency_seconds", 100, "member", "m2")
+	expect("oproute_write_latency_seconds", 50, "member", "m0")
+	expect("oproute_build_info", 1, "go_version", runtime.Version())
 
 	for rounds := 0; tr.Stats().Members[2].Ejected; rounds++ {
 		if rounds == 10 {
@@ -163,5 +166,17 @@ func TestFailedWriteIsNoLeaderEvent(t *testing.T) {
 	}
 	if st := tr.Stats().Members[0]; st.OK[Write] != 0 || st.Errors[Write] != 1 {
 		t.Errorf("ok %d, errors %d for one failed write", st.OK[Write], st.Errors[Write])
+	}
+}
+
+// buildInfo reports the SDK's module version from the binary's build
+// information: in the SDK's own test binary the main module's.
+func TestBuildInfoNamesTheSDK(t *testing.T) {
+	version, goVersion := buildInfo()
+	if version == "" || version == "unknown" {
+		t.Errorf("version %q: want the main module's (this test binary's module is the SDK)", version)
+	}
+	if goVersion != runtime.Version() {
+		t.Errorf("go_version %q, want %q", goVersion, runtime.Version())
 	}
 }

@@ -19,13 +19,13 @@ type Pick struct {
 
 	r            *Router
 	op           Op
-	start        time.Duration // since r.epoch; 0 when the policy ignores latency
+	start        time.Duration // since r.epoch; 0 when neither the policy nor a histogram needs the latency
 	leaderPinned bool
 	probing      bool   // an ejected member's probe-share read
 	inflight     bool   // counted in the member's inflight (LoadAware, least_cost)
 	queued       int64  // reads in flight on the member at the pick, this one included (least_cost)
 	hedge        bool   // a hedge's pick: its latency is no sample of the pool's
-	observe      bool   // a read whose latency goes to the histogram
+	observe      bool   // a read or write whose latency goes to a histogram
 	busyEpoch    uint64 // the member's busyEpoch at the pick, for timed ops
 }
 
@@ -74,7 +74,7 @@ func (r *Router) Pick(ctx context.Context, op Op) (Pick, error) {
 	}
 	p.Member = ro.members[p.Index]
 	p.busyEpoch = h.busyEpoch.Load()
-	p.observe = op.IsRead() && ro.hist != nil
+	p.observe = (op.IsRead() || op == Write) && ro.hist != nil
 	if r.timed[op] || p.observe {
 		p.start = r.elapsed()
 	}
@@ -173,7 +173,11 @@ func (p Pick) Done(o Outcome) {
 		h.readFailStreak.Store(0)
 	}
 	if p.observe {
-		r.roster().hist[p.Index].Observe(latency.Seconds())
+		if ro := r.roster(); p.op == Write {
+			ro.writeHist[p.Index].Observe(latency.Seconds())
+		} else {
+			ro.hist[p.Index].Observe(latency.Seconds())
+		}
 	}
 	if !timed {
 		return

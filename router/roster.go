@@ -118,9 +118,10 @@ type roster struct {
 	members []Member
 	health  []*memberHealth
 	retired []bool // removed by SetMembers: never picked, probed or leader
-	// hist holds each member's read latency observer once Collector has
-	// been called; nil before (Pick and Done then skip it).
-	hist []prometheus.Observer
+	// hist and writeHist hold each member's read and write latency
+	// observers once Collector has been called; nil before (Pick and Done
+	// then skip them).
+	hist, writeHist []prometheus.Observer
 }
 
 func (r *Router) roster() *roster { return r.ros.Load() }
@@ -264,7 +265,8 @@ func (r *Router) SetMembers(ms []Member) error {
 	}
 	r.mu.Lock()
 	old := r.roster()
-	ro := &roster{members: slices.Clone(old.members), health: slices.Clone(old.health), retired: slices.Clone(old.retired), hist: slices.Clone(old.hist)}
+	ro := &roster{members: slices.Clone(old.members), health: slices.Clone(old.health), retired: slices.Clone(old.retired),
+		hist: slices.Clone(old.hist), writeHist: slices.Clone(old.writeHist)}
 	keep := map[string]bool{}
 	for _, m := range ms {
 		i := slices.IndexFunc(ro.members, func(o Member) bool { return o.Addr == m.Addr })
@@ -288,6 +290,7 @@ func (r *Router) SetMembers(ms []Member) error {
 		ro.retired = append(ro.retired, false)
 		if ro.hist != nil {
 			ro.hist = append(ro.hist, r.latency.WithLabelValues(m.ID))
+			ro.writeHist = append(ro.writeHist, r.writeLatency.WithLabelValues(m.ID))
 		}
 		keep[m.Addr] = true
 	}

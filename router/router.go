@@ -49,6 +49,7 @@ type Router struct {
 	collectorOnce sync.Once
 	collector     *collector
 	latency       *prometheus.HistogramVec // the collector's, for members added later; guarded by mu
+	writeLatency  *prometheus.HistogramVec // likewise, for writes
 	// readMedian is the median read EWMA of the judged members at the last
 	// probe round (ns), 0 while unknown: the yardstick for censored samples
 	// and for an ejected member's fresh reads.
