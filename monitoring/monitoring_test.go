@@ -2,6 +2,7 @@ package monitoring
 
 import (
 	"encoding/json"
+	"errors"
 	"maps"
 	"os"
 	"os/exec"
@@ -10,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/oproute/oproute/internal/testutil"
 )
@@ -52,8 +55,25 @@ func TestQueriesNameExportedMetrics(t *testing.T) {
 	exported := exportedMetrics(t)
 	metric := regexp.MustCompile(`oproute_[a-z0-9_]+`)
 	var exprs []string
-	for _, m := range regexp.MustCompile(`(?m)^\s*expr: (.+)$`).FindAllStringSubmatch(read(t, "alerts.yaml"), -1) {
-		exprs = append(exprs, m[1])
+	rules := read(t, "alerts.yaml")
+	// A recorded series (level:metric:operation) stands for the query that
+	// records it: a query naming one names the metrics that query reads.
+	recorded := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\s*- record: (\S+)\n\s*expr: (.+)$`).FindAllStringSubmatch(rules, -1) {
+		recorded[m[1]] = m[2]
+	}
+	if len(recorded) == 0 {
+		t.Fatal("alerts.yaml records nothing: the scan is wrong")
+	}
+	level := regexp.MustCompile(`\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+\b`)
+	for _, m := range regexp.MustCompile(`(?m)^\s*expr: (.+)$`).FindAllStringSubmatch(rules, -1) {
+		exprs = append(exprs, level.ReplaceAllStringFunc(m[1], func(name string) string {
+			def, ok := recorded[name]
+			if !ok {
+				t.Errorf("alerts.yaml: %s is recorded by no rule", name)
+			}
+			return "(" + def + ")"
+		}))
 	}
 	alertExprs := len(exprs)
 	var dash struct {
@@ -63,6 +83,9 @@ func TestQueriesNameExportedMetrics(t *testing.T) {
 		}
 		Templating struct {
 			List []struct{ Definition string }
+		}
+		Annotations struct {
+			List []struct{ Expr string }
 		}
 	}
 	if err := json.Unmarshal([]byte(read(t, "dashboard.json")), &dash); err != nil {
@@ -82,6 +105,12 @@ func TestQueriesNameExportedMetrics(t *testing.T) {
 	}
 	for _, v := range dash.Templating.List {
 		exprs = append(exprs, v.Definition)
+	}
+	if len(dash.Annotations.List) == 0 {
+		t.Error("the dashboard has no annotations (leader changes)")
+	}
+	for _, a := range dash.Annotations.List {
+		exprs = append(exprs, a.Expr)
 	}
 	for i, e := range exprs {
 		names := metric.FindAllString(e, -1)
@@ -153,4 +182,71 @@ func read(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// The rule file shipped is the rules of the default configuration.
+func TestAlertsFileIsTheDefaultRules(t *testing.T) {
+	got, err := Rules(RulesConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(read(t, "alerts.yaml"), string(got)); diff != "" {
+		t.Errorf("alerts.yaml is not Rules(RulesConfig{}) (go run ./cmd/oproute-rules > monitoring/alerts.yaml) (-file +rules):\n%s", diff)
+	}
+}
+
+// Rules made for another scrape set-up are valid rule files that select
+// and aggregate as asked; nonsense configurations are refused.
+func TestRulesConfigs(t *testing.T) {
+	custom := RulesConfig{Selector: `job=~"api|worker", env="prod"`, ClusterLabel: "etcd_cluster", MemberShare: 0.5, RunbookURL: "https://wiki.example/oproute"}
+	out, err := Rules(custom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`avg by (etcd_cluster, member) (oproute_member_ejected{job=~"api|worker", env="prod"})`,
+		`oproute_hedged_reads_total{job=~"api|worker", env="prod", result="throttled"}`,
+		`cluster_member:oproute_member_ejected:avg >= 0.5`,
+		`runbook_url: "https://wiki.example/oproute#oproutememberoutofreadpool"`,
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("rules for %+v lack %s", custom, want)
+		}
+	}
+	if strings.Contains(string(out), "by (job") {
+		t.Errorf("rules for cluster label etcd_cluster still aggregate by job")
+	}
+	if promtool, err := exec.LookPath("promtool"); err == nil {
+		f := filepath.Join(t.TempDir(), "rules.yaml")
+		if err := os.WriteFile(f, out, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(promtool, "check", "rules", f).CombinedOutput(); err != nil {
+			t.Errorf("promtool check rules on %+v: %v\n%s", custom, err, out)
+		}
+	}
+	for _, bad := range []RulesConfig{
+		{ClusterLabel: "etcd-cluster"},
+		{ClusterLabel: "member"},
+		{MemberShare: 1.5},
+		{MemberShare: -0.1},
+		{Selector: `{job="api"}`},
+		{Selector: `job="a#b"`},
+		{Selector: `env="a: b"`},
+		{RunbookURL: `https://wiki.example/"x"`},
+	} {
+		if _, err := Rules(bad); !errors.Is(err, ErrInvalidRulesConfig) {
+			t.Errorf("Rules(%+v): %v, want ErrInvalidRulesConfig", bad, err)
+		}
+	}
+}
+
+// Every alert has its section in the runbook, which its runbook_url names.
+func TestEveryAlertHasARunbookSection(t *testing.T) {
+	runbook := read(t, "../docs/runbook.md")
+	for _, a := range regexp.MustCompile(`(?m)^\s*- alert: (\w+)`).FindAllStringSubmatch(read(t, "alerts.yaml"), -1) {
+		if !strings.Contains(runbook, "\n## "+a[1]+"\n") {
+			t.Errorf("docs/runbook.md has no section ## %s", a[1])
+		}
+	}
 }
