@@ -2,7 +2,10 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -69,7 +72,70 @@ type Backend interface {
 	// Start starts a cluster on the test bed.
 	Start(ctx context.Context, topo testbed.Topology) (Cluster, error)
 	// Attach uses an existing cluster; it has no fault knobs.
-	Attach(ctx context.Context, endpoints []string) (Cluster, error)
+	Attach(ctx context.Context, opts AttachOptions) (Cluster, error)
+}
+
+// AttachOptions say how to reach an existing cluster and where its
+// members are: every client the attached cluster makes, routed, stock
+// and its own status and admin clients, gets the same TLS and
+// credentials.
+type AttachOptions struct {
+	// Endpoints are the members' client URLs (etcd) or host:port
+	// (ZooKeeper).
+	Endpoints []string
+	// TLS, when set, connects over TLS with it (ZooKeeper: to the servers'
+	// secureClientPort, four-letter words included).
+	TLS *tls.Config
+	// Username and Password authenticate every client: etcd's user,
+	// ZooKeeper's digest scheme (user:password). Empty: no auth.
+	Username, Password string
+	// Zones places each endpoint (keyed as in Endpoints) in a zone and
+	// ClientZone the clients: routed clients are told (WithZones), as
+	// they are of the test bed's topology. Both or neither.
+	Zones      map[string]string
+	ClientZone string
+	// KeyPrefix is the prefix of the workload's keys (Options.KeyPrefix):
+	// a ZooKeeper ensemble keeps keys under a prefix other than
+	// DefaultKeyPrefix as znodes under its path, whose parents Attach
+	// creates. Empty: DefaultKeyPrefix.
+	KeyPrefix string
+}
+
+// ErrBadZones: zones that do not place every endpoint, or a client zone
+// without servers' zones (or the reverse).
+var ErrBadZones = errors.New("bench: bad zones")
+
+// withoutConnection reports whether o sets nothing of the connection or
+// placement: no TLS, credentials or zones.
+func (o AttachOptions) withoutConnection() bool {
+	return o.TLS == nil && o.Username == "" && o.Password == "" && len(o.Zones) == 0 && o.ClientZone == ""
+}
+
+// placement is where o's members are: zones only when both the client's
+// and every endpoint's are given.
+func (o AttachOptions) placement() (placement, error) {
+	p := placement{endpoints: o.Endpoints}
+	if len(o.Zones) == 0 && o.ClientZone == "" {
+		return p, nil
+	}
+	if len(o.Zones) == 0 || o.ClientZone == "" {
+		return p, fmt.Errorf("%w: the client's zone and the endpoints' go together", ErrBadZones)
+	}
+	p.zones = make([]string, len(o.Endpoints))
+	for i, ep := range o.Endpoints {
+		z := o.Zones[ep]
+		if z == "" {
+			return p, fmt.Errorf("%w: no zone for endpoint %s", ErrBadZones, ep)
+		}
+		p.zones[i] = z
+	}
+	for ep := range o.Zones {
+		if !slices.Contains(o.Endpoints, ep) {
+			return p, fmt.Errorf("%w: a zone for %s, which is not an endpoint", ErrBadZones, ep)
+		}
+	}
+	p.clientZone = o.ClientZone
+	return p, nil
 }
 
 // Cluster is a cluster under test.
@@ -122,7 +188,7 @@ type Client interface {
 // Endpoints report and what routed clients are told of zones.
 type placement struct {
 	endpoints  []string
-	zones      []string // per endpoint; nil when attached
+	zones      []string // per endpoint; nil when attached without zones
 	clientZone string   // "" when the clients have no zone
 }
 

@@ -17,9 +17,11 @@
 // # Backends
 //
 // A Backend starts clusters (on the test bed, with fault knobs) or attaches
-// to external endpoints, and connects clients by policy name. Scenarios and
-// reports use only that, with two exceptions a new backend meets: the
-// scenarios bound to a store (the zk-* ones, etcd's stock clients, range
-// reads) name it, and CPU budgets reach the test-bed backends by type
-// (BudgetsOf, withBudgets).
+// to external endpoints (AttachOptions: TLS, credentials, zones; the
+// runner writes there under Options.KeyPrefix and deletes what it wrote
+// when done, unless Options.KeepKeys), and connects clients by policy
+// name. Scenarios and reports use only that, with two exceptions a new
+// backend meets: the scenarios bound to a store (the zk-* ones, etcd's
+// stock clients, range reads) name it, and CPU budgets reach the test-bed
+// backends by type (BudgetsOf, withBudgets).
 package bench

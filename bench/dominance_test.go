@@ -200,7 +200,7 @@ func TestDominanceMarkdown(t *testing.T) {
 func TestDominanceFilesRoundTrip(t *testing.T) {
 	cs := gridCells()
 	dir := t.TempDir()
-	if err := WriteFiles(dir, cs, "header"); err != nil {
+	if err := WriteFiles(dir, cs, "header", nil); err != nil {
 		t.Fatal(err)
 	}
 	got, err := LoadComparisons(filepath.Join(dir, "results.json"))

@@ -40,13 +40,22 @@ func (e Etcd) Start(ctx context.Context, topo testbed.Topology) (Cluster, error)
 }
 
 // Attach implements Backend: an existing cluster, no fault knobs.
-func (Etcd) Attach(ctx context.Context, endpoints []string) (Cluster, error) {
-	if len(endpoints) == 0 {
+func (Etcd) Attach(ctx context.Context, opts AttachOptions) (Cluster, error) {
+	if len(opts.Endpoints) == 0 {
 		return nil, etcd.ErrNoEndpoints
 	}
-	c := &etcdCluster{placement: placement{endpoints: endpoints}, http: &http.Client{Timeout: 5 * time.Second}}
+	p, err := opts.placement()
+	if err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	if opts.TLS != nil { // the members' /metrics are on their client URLs
+		hc.Transport = &http.Transport{TLSClientConfig: opts.TLS}
+	}
+	c := &etcdCluster{placement: p, attach: opts, http: hc}
 	if _, err := c.Leader(ctx); err != nil {
-		return nil, fmt.Errorf("bench: attach %v: %w", endpoints, err)
+		c.Close()
+		return nil, fmt.Errorf("bench: attach %v: %w", opts.Endpoints, err)
 	}
 	return c, nil
 }
@@ -54,7 +63,8 @@ func (Etcd) Attach(ctx context.Context, endpoints []string) (Cluster, error) {
 type etcdCluster struct {
 	tb *testbed.EtcdCluster // nil when attached
 	placement
-	http *http.Client
+	attach AttachOptions // TLS and credentials; zero on the test bed
+	http   *http.Client
 
 	statusMu  sync.Mutex
 	statusCli []*clientv3.Client // external: one plain client per endpoint
@@ -99,7 +109,8 @@ func (c *etcdCluster) status(ctx context.Context, i int) (*pb.StatusResponse, er
 	cli := c.statusCli[i]
 	if cli == nil {
 		var err error
-		cli, err = clientv3.New(clientv3.Config{Endpoints: []string{c.endpoints[i]}, Logger: zap.NewNop()})
+		cli, err = clientv3.New(clientv3.Config{Endpoints: []string{c.endpoints[i]}, Logger: zap.NewNop(),
+			TLS: c.attach.TLS, Username: c.attach.Username, Password: c.attach.Password})
 		if err != nil {
 			c.statusMu.Unlock()
 			return nil, err
@@ -268,9 +279,61 @@ func (c *etcdClient) Close() error {
 	return c.Client.Close()
 }
 
-// clientConfig is the one configuration every client gets, routed or not.
+// clientConfig is the one configuration every client gets, routed or not:
+// an attached cluster's TLS and credentials included.
 func (c *etcdCluster) clientConfig(endpoints []string) clientv3.Config {
-	return clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop(), DialTimeout: 10 * time.Second}
+	return clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop(), DialTimeout: 10 * time.Second,
+		TLS: c.attach.TLS, Username: c.attach.Username, Password: c.attach.Password}
+}
+
+// serverVersions implements versionTeller: each member's Status.
+func (c *etcdCluster) serverVersions(ctx context.Context) []string {
+	out := make([]string, len(c.endpoints))
+	var wg sync.WaitGroup
+	for i := range c.endpoints {
+		wg.Go(func() {
+			var st *pb.StatusResponse
+			var err error
+			if c.tb != nil {
+				st, err = c.tb.Status(ctx, i) // its direct port: no client traffic through the proxies
+			} else {
+				st, err = c.status(ctx, i)
+			}
+			if err == nil {
+				out[i] = st.Version
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// countKeys implements keyStore.
+func (c *etcdCluster) countKeys(ctx context.Context, prefix string) (int64, error) {
+	cli, err := clientv3.New(c.clientConfig(c.endpoints))
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("bench: counting the keys under %q: %w", prefix, err)
+	}
+	return resp.Count, nil
+}
+
+// deleteKeys implements keyStore: one DeleteRange through a plain client.
+func (c *etcdCluster) deleteKeys(ctx context.Context, prefix string) (int64, error) {
+	cli, err := clientv3.New(c.clientConfig(c.endpoints))
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	resp, err := cli.Delete(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, err
+	}
+	return resp.Deleted, nil
 }
 
 // stockClient is unmodified clientv3: one client (Stock), or one per

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -40,9 +41,17 @@ func Results(comps []*Comparison) []Result {
 	return out
 }
 
-// WriteFiles writes tables.md, results.json, results.csv and the figures
-// into dir, creating it.
-func WriteFiles(dir string, comps []*Comparison, header string) error {
+// ResultsFile is results.json: the run that wrote it (nil when unknown)
+// and every trial's record. Files written before it had a Meta hold the
+// records alone, a JSON array, which LoadRun still reads.
+type ResultsFile struct {
+	Meta    *Meta    `json:"meta,omitempty"`
+	Results []Result `json:"results"`
+}
+
+// WriteFiles writes tables.md, results.json (with meta, which may be nil),
+// results.csv and the figures into dir, creating it.
+func WriteFiles(dir string, comps []*Comparison, header string, meta *Meta) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -53,7 +62,7 @@ func WriteFiles(dir string, comps []*Comparison, header string) error {
 	for i := range results {
 		results[i].Extra = finite(results[i].Extra)
 	}
-	js, err := json.MarshalIndent(results, "", "  ")
+	js, err := json.MarshalIndent(ResultsFile{Meta: meta, Results: results}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -129,14 +138,33 @@ func writeCSV(path string, results []Result) error {
 // Policies keep the file's order (the run's); the baseline is the
 // scenario's when it ran, else the first policy.
 func LoadComparisons(path string) ([]*Comparison, error) {
+	comps, _, err := LoadRun(path)
+	return comps, err
+}
+
+// LoadRun is LoadComparisons with the Meta of the run that wrote the
+// file: nil for a file written before results.json had one (a JSON array
+// of records), which it reads too.
+func LoadRun(path string) ([]*Comparison, *Meta, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
+		return nil, nil, fmt.Errorf("bench: %w", err)
 	}
-	var results []Result
-	if err := json.Unmarshal(data, &results); err != nil {
-		return nil, fmt.Errorf("bench: %s: %w", path, err)
+	var file ResultsFile
+	if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] == '[' {
+		err = json.Unmarshal(data, &file.Results)
+	} else {
+		err = json.Unmarshal(data, &file)
 	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: %s: %w", path, err)
+	}
+	comps, err := comparisonsOf(file.Results, path)
+	return comps, file.Meta, err
+}
+
+// comparisonsOf groups the records of the file at path into comparisons.
+func comparisonsOf(results []Result, path string) ([]*Comparison, error) {
 	defs := scenarioDefs(layoutOf(nil))
 	var comps []*Comparison
 	// The dominance grid's layouts and CPU modes share scenarios and

@@ -95,6 +95,26 @@ type Result struct {
 	// Extra holds scenario-specific numbers (failover timings, the slow
 	// member's share of reads, …).
 	Extra map[string]float64 `json:"extra,omitempty"`
+
+	// Series is the measured window second by second, from its opening
+	// (the last second also takes what completed after the window's
+	// nominal end, and is shorter when the duration is not whole
+	// seconds); nil for simulated trials and records written before it
+	// was kept.
+	Series []SeriesPoint `json:"series,omitempty"`
+}
+
+// SeriesPoint is one second of a trial's measured window: the operations
+// that completed in it, by class, that succeeded and that failed, and
+// the P50 of those that succeeded (0 without any). An operation counts
+// in the second it completed, if it started inside the window.
+type SeriesPoint struct {
+	Reads       int64   `json:"reads"`
+	Writes      int64   `json:"writes"`
+	ReadErrors  int64   `json:"read_errors"`
+	WriteErrors int64   `json:"write_errors"`
+	ReadP50ms   float64 `json:"read_p50_ms"`
+	WriteP50ms  float64 `json:"write_p50_ms"`
 }
 
 // errorPause is how long a worker waits after a failed operation.
@@ -111,6 +131,8 @@ type writeEvent struct {
 type trialSpec struct {
 	workload Workload
 	trial    int
+	// keys are the workload's keys (Options.KeyPrefix).
+	keys keySpace
 	// timeline records every write's outcome (failover).
 	timeline bool
 	// during runs once the measurement window opens (fault injection).
@@ -126,8 +148,66 @@ type trialOutput struct {
 
 type workerLog struct {
 	reads, writes []time.Duration
-	errors        int64
-	events        []writeEvent
+	// readSecs and writeSecs are the seconds of the window each of reads
+	// and writes completed in (seriesLog.second).
+	readSecs, writeSecs []int32
+	errors              int64
+	events              []writeEvent
+}
+
+// seriesLog is a trial's per-second tally: the failures of each second of
+// the window, counted by every worker at once; successes are kept with
+// the workers' latencies (workerLog). Its size is the window's seconds,
+// whatever the rate.
+type seriesLog struct {
+	start    time.Time // the window's opening
+	failures []secondFailures
+}
+
+// secondFailures are the operations of one second that failed, by class.
+type secondFailures struct{ reads, writes atomic.Int64 }
+
+func newSeriesLog(start time.Time, window time.Duration) *seriesLog {
+	n := max(1, int((window+time.Second-1)/time.Second))
+	return &seriesLog{start: start, failures: make([]secondFailures, n)}
+}
+
+// second is the second of the window an operation that completed at t
+// counts in: the last one takes what completed after the nominal end.
+func (s *seriesLog) second(t time.Time) int32 {
+	return int32(min(max(int(t.Sub(s.start)/time.Second), 0), len(s.failures)-1))
+}
+
+func (s *seriesLog) failed(t time.Time, isRead bool) {
+	f := &s.failures[s.second(t)]
+	if isRead {
+		f.reads.Add(1)
+	} else {
+		f.writes.Add(1)
+	}
+}
+
+// points is the series of the workers' logs.
+func (s *seriesLog) points(logs []workerLog) []SeriesPoint {
+	reads := make([][]time.Duration, len(s.failures))
+	writes := make([][]time.Duration, len(s.failures))
+	for _, lg := range logs {
+		for i, d := range lg.reads {
+			reads[lg.readSecs[i]] = append(reads[lg.readSecs[i]], d)
+		}
+		for i, d := range lg.writes {
+			writes[lg.writeSecs[i]] = append(writes[lg.writeSecs[i]], d)
+		}
+	}
+	out := make([]SeriesPoint, len(s.failures))
+	for k := range out {
+		slices.Sort(reads[k])
+		slices.Sort(writes[k])
+		out[k] = SeriesPoint{Reads: int64(len(reads[k])), Writes: int64(len(writes[k])),
+			ReadErrors: s.failures[k].reads.Load(), WriteErrors: s.failures[k].writes.Load(),
+			ReadP50ms: ms(percentile(reads[k], 50)), WriteP50ms: ms(percentile(writes[k], 50))}
+	}
+	return out
 }
 
 // runTrial drives cli for warm-up + duration and measures the window after
@@ -143,6 +223,7 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 	end := windowStart.Add(w.Duration)
 	runCtx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
+	series := newSeriesLog(windowStart, w.Duration)
 
 	value := make([]byte, w.ValueSize)
 	for i := range value {
@@ -181,11 +262,11 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 				if isRead {
 					end := ""
 					if w.RangeSize > 1 {
-						end = key(k + w.RangeSize)
+						end = spec.keys.key(k + w.RangeSize)
 					}
-					err = cli.Read(opCtx, key(k), end)
+					err = cli.Read(opCtx, spec.keys.key(k), end)
 				} else {
-					err = cli.Write(opCtx, key(k), value)
+					err = cli.Write(opCtx, spec.keys.key(k), value)
 				}
 				t1 := time.Now()
 				opCancel()
@@ -209,10 +290,13 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 				switch {
 				case err != nil:
 					lg.errors++
+					series.failed(t1, isRead)
 				case isRead:
 					lg.reads = append(lg.reads, t1.Sub(t0))
+					lg.readSecs = append(lg.readSecs, series.second(t1))
 				default:
 					lg.writes = append(lg.writes, t1.Sub(t0))
+					lg.writeSecs = append(lg.writeSecs, series.second(t1))
 				}
 			}
 		})
@@ -246,6 +330,7 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 	var reads, writes []time.Duration
 	var out trialOutput
 	r := &out.res
+	r.Series = series.points(logs)
 	for _, lg := range logs {
 		reads = append(reads, lg.reads...)
 		writes = append(writes, lg.writes...)
@@ -352,7 +437,7 @@ func sum[T time.Duration | float64](v []T) T {
 
 // preload writes every key of the key space once, so reads find values of
 // the workload's size.
-func preload(ctx context.Context, cli Client, w Workload) error {
+func preload(ctx context.Context, cli Client, w Workload, keys keySpace) error {
 	value := make([]byte, w.ValueSize)
 	var next atomic.Int64
 	var firstErr atomic.Value
@@ -365,10 +450,10 @@ func preload(ctx context.Context, cli Client, w Workload) error {
 					return
 				}
 				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				err := cli.Write(wctx, key(i), value)
+				err := cli.Write(wctx, keys.key(i), value)
 				cancel()
 				if err != nil {
-					firstErr.CompareAndSwap(nil, fmt.Errorf("bench: preload %s: %w", key(i), err))
+					firstErr.CompareAndSwap(nil, fmt.Errorf("bench: preload %s: %w", keys.key(i), err))
 					return
 				}
 			}

@@ -36,6 +36,23 @@ type Options struct {
 	TopologyName string
 	// Endpoints attaches to an existing cluster instead of the test bed.
 	Endpoints []string
+	// Attach is how to reach and place the cluster at Endpoints: TLS,
+	// credentials, zones. Its Endpoints and KeyPrefix are the runner's
+	// own (Endpoints, KeyPrefix). Only with Endpoints.
+	Attach AttachOptions
+	// KeyPrefix prefixes the workload's keys (ValidKeyPrefix). Default
+	// DefaultKeyPrefix, the only one on the test bed. On an attached
+	// cluster the runner refuses a prefix that already holds keys, unless
+	// KeepKeys, and deletes every key under it when it is done with the
+	// cluster (Close, or the end of the scenarios that need it), whether
+	// they ran to the end, failed or were cancelled.
+	KeyPrefix string
+	// KeepKeys leaves the keys written to an attached cluster.
+	KeepKeys bool
+	// ServerVersions, if set, is told the servers' versions of each
+	// cluster the runner starts or attaches to: the backend's name and
+	// one version per member, "" where a member did not say.
+	ServerVersions func(backend string, versions []string)
 	// ClientCPU confines this process, the clients, to this many cores
 	// while the runner lives (testbed.ConfineSelf), so that they cannot
 	// take the CPU the members' budgets promise; 0 leaves it unconfined.
@@ -73,6 +90,7 @@ type Runner struct {
 	opts          Options
 	clusters      map[clusterKey]Cluster
 	releaseClient func() error // nil unless the client is confined
+	cleanupErrs   []error      // of clusters let go of before Close
 }
 
 type clusterKey struct {
@@ -111,6 +129,15 @@ func NewRunner(opts Options) (*Runner, error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
+	if opts.KeyPrefix == "" {
+		opts.KeyPrefix = DefaultKeyPrefix
+	}
+	if err := ValidKeyPrefix(opts.KeyPrefix); err != nil {
+		return nil, err
+	}
+	if len(opts.Endpoints) == 0 && (opts.KeyPrefix != DefaultKeyPrefix || opts.KeepKeys || !opts.Attach.withoutConnection()) {
+		return nil, ErrNotAttached
+	}
 	if opts.TopologyName == "" && len(opts.Endpoints) == 0 {
 		opts.TopologyName = "default"
 		if opts.Topology != nil {
@@ -130,11 +157,17 @@ func NewRunner(opts Options) (*Runner, error) {
 	return r, nil
 }
 
-// Close stops the clusters the runner started.
+// ErrNotAttached: a key prefix of one's own, KeepKeys, TLS, credentials
+// or zones without Endpoints; the test bed's clusters have their own.
+var ErrNotAttached = errors.New("bench: a key prefix, kept keys, TLS, credentials and zones are for a cluster of one's own (Endpoints)")
+
+// Close stops the clusters the runner started and lets go of those it
+// attached to, deleting the keys it wrote there (Options.KeepKeys).
 func (r *Runner) Close() error {
-	var errs []error
+	errs := r.cleanupErrs
+	r.cleanupErrs = nil
 	for _, c := range r.clusters {
-		errs = append(errs, c.Close())
+		errs = append(errs, r.cleanUp(c), c.Close())
 	}
 	if r.releaseClient != nil {
 		errs = append(errs, r.releaseClient())
@@ -314,7 +347,7 @@ func (r *Runner) cluster(ctx context.Context, be Backend, nodes int) (Cluster, e
 	var c Cluster
 	var err error
 	if len(r.opts.Endpoints) > 0 {
-		c, err = be.Attach(ctx, r.opts.Endpoints)
+		c, err = r.attach(ctx, be)
 	} else {
 		topo := testbed.DefaultTopology(nodes)
 		if r.opts.Topology != nil {
@@ -331,16 +364,94 @@ func (r *Runner) cluster(ctx context.Context, be Backend, nodes int) (Cluster, e
 		return nil, err
 	}
 	r.clusters[key] = c
+	if r.opts.ServerVersions != nil {
+		if v, ok := c.(versionTeller); ok {
+			vctx, cancel := context.WithTimeout(ctx, versionsTimeout)
+			r.opts.ServerVersions(be.Name(), v.serverVersions(vctx))
+			cancel()
+		}
+	}
 	return c, nil
 }
+
+// attach attaches to the cluster at Options.Endpoints and checks that the
+// run's key prefix holds no key yet: deleting what is under it after the
+// run must take nothing the run did not write.
+func (r *Runner) attach(ctx context.Context, be Backend) (Cluster, error) {
+	ao := r.opts.Attach
+	ao.Endpoints, ao.KeyPrefix = r.opts.Endpoints, r.opts.KeyPrefix
+	c, err := be.Attach(ctx, ao)
+	if err != nil || r.opts.KeepKeys {
+		return c, err
+	}
+	ks, ok := c.(keyStore)
+	if !ok {
+		return c, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, countTimeout)
+	n, err := ks.countKeys(cctx, r.opts.KeyPrefix)
+	cancel()
+	if err == nil && n > 0 {
+		err = fmt.Errorf("%w: %q on %v (a run kept with --keep?); give another prefix, or keep the keys", ErrPrefixInUse, r.opts.KeyPrefix, r.opts.Endpoints)
+	}
+	if err != nil {
+		c.Close() // not cleaned up: what is there is not the run's to delete
+		return nil, err
+	}
+	return c, nil
+}
+
+// versionTeller is a cluster whose servers tell their versions.
+type versionTeller interface {
+	// serverVersions is each member's version, "" where it did not say.
+	serverVersions(ctx context.Context) []string
+}
+
+// versionsTimeout bounds asking a cluster's servers their versions, and
+// countTimeout counting the keys under the prefix before a run.
+const (
+	versionsTimeout = 5 * time.Second
+	countTimeout    = 30 * time.Second
+)
+
+// cleanupTimeout bounds the deletion of a run's keys: a cluster that no
+// longer answers must not hold the run's end (an interrupted one's too).
+const cleanupTimeout = time.Minute
 
 // closeCluster stops the cluster of be and nodes if one runs.
 func (r *Runner) closeCluster(be Backend, nodes int) {
 	key := clusterKey{fmt.Sprintf("%#v", be), nodes}
 	if c := r.clusters[key]; c != nil {
+		if err := r.cleanUp(c); err != nil {
+			r.cleanupErrs = append(r.cleanupErrs, err) // Close tells
+		}
 		c.Close()
 		delete(r.clusters, key)
 	}
+}
+
+// cleanUp deletes the keys the run wrote when c is an attached cluster
+// and they are not to be kept, before c is closed. The deletion has a
+// context of its own: the run's may have ended (SIGINT).
+func (r *Runner) cleanUp(c Cluster) error {
+	ks, ok := c.(keyStore)
+	if !ok || len(r.opts.Endpoints) == 0 {
+		return nil
+	}
+	if r.opts.KeepKeys {
+		r.opts.Logf("keeping the keys under %q on %v", r.opts.KeyPrefix, c.Endpoints())
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	n, err := ks.deleteKeys(ctx, r.opts.KeyPrefix)
+	if err != nil {
+		err = fmt.Errorf("bench: deleting the keys under %q on %v (%d deleted): %w", r.opts.KeyPrefix, c.Endpoints(), n, err)
+		r.opts.Logf("%v", err)
+		return err
+	}
+	r.opts.Logf("deleted the %d keys under %q on %v", n, r.opts.KeyPrefix, c.Endpoints())
+	return nil
 }
 
 func (r *Runner) topologyLeader() int {
@@ -469,7 +580,7 @@ func (r *Runner) runVariant(ctx context.Context, cl Cluster, ps plannedScenario,
 		if err != nil {
 			return err
 		}
-		err = preload(ctx, loader, w)
+		err = preload(ctx, loader, w, keySpace(r.opts.KeyPrefix))
 		loader.Close()
 		if err != nil {
 			return err
@@ -515,7 +626,7 @@ func (r *Runner) runOne(ctx context.Context, cl Cluster, ps plannedScenario, w W
 		return Result{}, err
 	}
 	defer cli.Close()
-	spec := trialSpec{workload: w, trial: trial}
+	spec := trialSpec{workload: w, trial: trial, keys: keySpace(r.opts.KeyPrefix)}
 	var kill, newLeader time.Time
 	killed := -1
 	if ps.def.failover {

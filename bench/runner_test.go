@@ -63,7 +63,7 @@ func TestFilesSurviveUndefinedNumbers(t *testing.T) {
 			"b": {{Policy: "b", Extra: map[string]float64{"recovery_s": math.NaN(), "gap": math.Inf(1)}}},
 		}}
 	dir := t.TempDir()
-	if err := WriteFiles(dir, []*Comparison{c}, "h"); err != nil {
+	if err := WriteFiles(dir, []*Comparison{c}, "h", nil); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(c.Markdown(), "| – |") {
@@ -126,6 +126,15 @@ func TestQuickRunEndToEnd(t *testing.T) {
 		if len(res.ReadsByMember) != 3 {
 			t.Errorf("router's per-member counts missing: %+v", res)
 		}
+		// A 1.5 s window: two seconds, the second a half, together
+		// holding every operation counted.
+		var reads, writes, failed int64
+		for _, p := range res.Series {
+			reads, writes, failed = reads+p.Reads, writes+p.Writes, failed+p.ReadErrors+p.WriteErrors
+		}
+		if len(res.Series) != 2 || reads != res.Reads || writes != res.Writes || failed != res.Errors {
+			t.Errorf("%s trial %d: series %+v of %d reads, %d writes, %d errors", res.Policy, res.Trial, res.Series, res.Reads, res.Writes, res.Errors)
+		}
 		if res.CountersLate {
 			// A starved machine read the cluster's counters after the
 			// window: the runner leaves the members' counts out.
@@ -149,17 +158,20 @@ func TestQuickRunEndToEnd(t *testing.T) {
 		t.Error("every trial's cluster counters came after its window: nothing server-side was checked")
 	}
 	dir := t.TempDir()
-	if err := WriteFiles(dir, comps, "header"); err != nil {
+	if err := WriteFiles(dir, comps, "header", nil); err != nil {
 		t.Fatal(err)
 	}
-	var records []map[string]any
+	var file struct {
+		Results []map[string]any `json:"results"`
+	}
 	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(b, &records); err != nil || len(records) != 4 {
-		t.Fatalf("results.json: %d records, %v", len(records), err)
+	if err := json.Unmarshal(b, &file); err != nil || len(file.Results) != 4 {
+		t.Fatalf("results.json: %d records, %v", len(file.Results), err)
 	}
+	records := file.Results
 	rec := records[0]
 	for _, r := range records {
 		if _, late := r["counters_late"]; !late {
@@ -167,7 +179,7 @@ func TestQuickRunEndToEnd(t *testing.T) {
 			break
 		}
 	}
-	for _, field := range []string{"scenario", "backend", "policy", "trial", "read_p50_ms", "read_p99_ms", "write_p50_ms", "write_p99_ms", "throughput_ops", "errors", "reads_by_member", "writes_by_member", "traffic"} {
+	for _, field := range []string{"scenario", "backend", "policy", "trial", "read_p50_ms", "read_p99_ms", "write_p50_ms", "write_p99_ms", "throughput_ops", "errors", "reads_by_member", "writes_by_member", "traffic", "series"} {
 		if _, ok := rec[field]; !ok {
 			t.Errorf("results.json lacks %q", field)
 		}
@@ -263,7 +275,7 @@ func TestReplotRoundTrip(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	if err := WriteFiles(dir, []*Comparison{c}, "header"); err != nil {
+	if err := WriteFiles(dir, []*Comparison{c}, "header", nil); err != nil {
 		t.Fatal(err)
 	}
 	got, err := LoadComparisons(filepath.Join(dir, "results.json"))

@@ -93,7 +93,7 @@ func (b simBackend) Start(_ context.Context, topo testbed.Topology) (Cluster, er
 	return &simCluster{backend: b, topo: topo}, nil
 }
 
-func (simBackend) Attach(context.Context, []string) (Cluster, error) {
+func (simBackend) Attach(context.Context, AttachOptions) (Cluster, error) {
 	return nil, fmt.Errorf("%w: attaching to endpoints", ErrSimulated)
 }
 

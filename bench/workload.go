@@ -74,6 +74,3 @@ func (w Workload) Validate() error {
 	}
 	return nil
 }
-
-// key returns the i-th key of the key space.
-func key(i int) string { return fmt.Sprintf("bench/%07d", i) }

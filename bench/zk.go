@@ -2,9 +2,13 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"path"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,14 +80,23 @@ func (c *zkCluster) warmUp(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-// Attach uses an existing ensemble (host:port servers).
-func (ZooKeeper) Attach(ctx context.Context, endpoints []string) (Cluster, error) {
-	if len(endpoints) == 0 {
+// Attach uses an existing ensemble (host:port servers; with TLS their
+// secureClientPort, where four-letter words go too) and creates the
+// persistent znodes its keys go under (AttachOptions.KeyPrefix).
+func (ZooKeeper) Attach(ctx context.Context, opts AttachOptions) (Cluster, error) {
+	if len(opts.Endpoints) == 0 {
 		return nil, ozk.ErrNoServers
 	}
-	c := &zkCluster{placement: placement{endpoints: endpoints}, admin: endpoints}
+	p, err := opts.placement()
+	if err != nil {
+		return nil, err
+	}
+	c := &zkCluster{placement: p, admin: opts.Endpoints, attach: opts, paths: znodes{opts.KeyPrefix}}
 	if _, err := c.Leader(ctx); err != nil {
-		return nil, fmt.Errorf("bench: attach %v: %w", endpoints, err)
+		return nil, fmt.Errorf("bench: attach %v: %w", opts.Endpoints, err)
+	}
+	if err := c.makeParents(ctx); err != nil {
+		return nil, fmt.Errorf("bench: attach %v: %w", opts.Endpoints, err)
 	}
 	return c, nil
 }
@@ -91,7 +104,49 @@ func (ZooKeeper) Attach(ctx context.Context, endpoints []string) (Cluster, error
 type zkCluster struct {
 	tb *testbed.ZKCluster // nil when attached
 	placement
-	admin []string // where four-letter words go: the servers' own ports
+	admin  []string      // where four-letter words go: the servers' own ports
+	attach AttachOptions // TLS and credentials; zero on the test bed
+	paths  znodes        // the keys' znodes
+}
+
+// dialer is how sessions reach the servers: go-zookeeper's own
+// (net.DialTimeout), or TLS to an attached ensemble. The server name
+// checked is the address's host unless the configuration names one.
+func (c *zkCluster) dialer() zk.Dialer {
+	cfg := c.attach.TLS
+	if cfg == nil {
+		return net.DialTimeout
+	}
+	return func(network, addr string, timeout time.Duration) (net.Conn, error) {
+		return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, network, addr, cfg)
+	}
+}
+
+// fourLetterDial is how four-letter words reach the servers: plain (nil),
+// or over TLS to an attached ensemble's secure port.
+func (c *zkCluster) fourLetterDial() zk4lw.Dialer {
+	if c.attach.TLS == nil {
+		return nil
+	}
+	d := &tls.Dialer{Config: c.attach.TLS}
+	return d.DialContext
+}
+
+// digest is the digest scheme's credentials, user:password.
+func (c *zkCluster) digest() []byte { return []byte(c.attach.Username + ":" + c.attach.Password) }
+
+// addAuth gives a routed Conn the attached ensemble's credentials, if any:
+// every session of it, present and future.
+func (c *zkCluster) addAuth(ctx context.Context, conn *ozk.Conn) error {
+	if c.attach.Username == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, SessionTimeout)
+	defer cancel()
+	if err := conn.AddAuthContext(ctx, "digest", c.digest()); err != nil {
+		return fmt.Errorf("bench: digest auth as %s: %w", c.attach.Username, err)
+	}
+	return nil
 }
 
 func (c *zkCluster) Faults() Faults {
@@ -104,7 +159,7 @@ func (c *zkCluster) Faults() Faults {
 func (c *zkCluster) srvr(ctx context.Context, i int) (zk4lw.Srvr, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	b, err := zk4lw.Send(ctx, nil, c.admin[i], "srvr")
+	b, err := zk4lw.Send(ctx, c.fourLetterDial(), c.admin[i], "srvr")
 	if err != nil {
 		return zk4lw.Srvr{}, err
 	}
@@ -133,7 +188,7 @@ func (c *zkCluster) Served(ctx context.Context) ([]Served, error) {
 		}
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		b, err := zk4lw.Send(cctx, nil, c.admin[i], "mntr")
+		b, err := zk4lw.Send(cctx, c.fourLetterDial(), c.admin[i], "mntr")
 		if err != nil {
 			return Served{}, err
 		}
@@ -179,14 +234,16 @@ func (c *zkCluster) stickyMember(ctx context.Context) string {
 
 func (c *zkCluster) Connect(ctx context.Context, policy string, _ int) (Client, error) {
 	if policy == Stock {
-		return c.connectStock()
+		return c.connectStock(ctx)
 	}
 	if stockPolicy(policy) {
 		return nil, fmt.Errorf("bench: %s is an etcd baseline (ZooKeeper's stock client is sticky)", policy)
 	}
 	opts := []ozk.Option{ozk.WithPolicy(routedPolicy(policy)), ozk.WithConnectTimeout(10 * time.Second), ozk.WithLogger(testutil.Discard{}), ozk.WithRouterConfig(routerTune(policy))}
 	if ctx.Value(unsharedProbes{}) != nil {
-		opts = append(opts, ozk.WithDialer(net.DialTimeout)) // a dialer of its own: its probes are its own
+		opts = append(opts, ozk.WithDialer(c.dialer())) // a dialer of its own: its probes are its own
+	} else if c.attach.TLS != nil {
+		opts = append(opts, ozk.WithTLS(c.attach.TLS))
 	}
 	if zones, ok := c.zonesByEndpoint(); ok {
 		opts = append(opts, ozk.WithZones(c.clientZone, zones))
@@ -196,22 +253,45 @@ func (c *zkCluster) Connect(ctx context.Context, policy string, _ int) (Client, 
 			opts = append(opts, ozk.WithRouterConfig(func(rc *router.Config) { rc.StickyMember = m }))
 		}
 	}
-	conn, pin, err := connectPinned(ctx, policy, c, c.tb != nil, func() (*zktest.Client, error) { return zktest.Connect(c.endpoints, SessionTimeout, opts...) })
+	conn, pin, err := connectPinned(ctx, policy, c, c.tb != nil, func() (*zktest.Client, error) {
+		conn, err := zktest.Connect(c.endpoints, SessionTimeout, opts...)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.addAuth(ctx, conn.Conn); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		return conn, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	return &zkClient{Client: conn, pin: pin}, nil
+	return &zkClient{Client: conn, pin: pin, paths: c.paths}, nil
 }
 
 // zkClient is the routed Conn (zktest's adapter), its writes pinned where
 // the policy says (Oracle, StaticLeader).
 type zkClient struct {
 	*zktest.Client
-	pin *writePin
+	pin   *writePin
+	paths znodes
 }
 
 func (c *zkClient) Write(ctx context.Context, key string, value []byte) error {
-	return c.Client.Write(c.pin.route(ctx, ozk.WithMember), key, value)
+	return zktest.PutZnode(c.pin.route(ctx, ozk.WithMember), c.Client, c.paths.znode(key), value)
+}
+
+// Read is zktest's, on the key's znode.
+func (c *zkClient) Read(ctx context.Context, key, end string) error {
+	if end != "" {
+		return ErrNoRanges
+	}
+	_, _, err := c.GetContext(ctx, c.paths.znode(key))
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	return err
 }
 
 // ErrNoRanges: ZooKeeper has no range reads.
@@ -268,10 +348,13 @@ func zkErrorClass(err error) string {
 // stockZK is plain go-zookeeper, the fleet's baseline: zk.Connect over the
 // servers (it shuffles them and keeps its one session on one server,
 // heartbeating it), with no probes.
-type stockZK struct{ conn *zk.Conn }
+type stockZK struct {
+	conn  *zk.Conn
+	paths znodes
+}
 
-func (c *zkCluster) connectStock() (Client, error) {
-	conn, events, err := zk.Connect(c.endpoints, SessionTimeout, zk.WithLogger(testutil.Discard{}))
+func (c *zkCluster) connectStock(ctx context.Context) (Client, error) {
+	conn, events, err := zk.Connect(c.endpoints, SessionTimeout, zk.WithLogger(testutil.Discard{}), zk.WithDialer(c.dialer()))
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +362,17 @@ func (c *zkCluster) connectStock() (Client, error) {
 		for range events { // drained until Close closes it
 		}
 	}()
-	return &stockZK{conn}, nil
+	if c.attach.Username != "" {
+		// go-zookeeper sends it once connected, and again on every reconnect.
+		actx, cancel := context.WithTimeout(ctx, SessionTimeout)
+		_, err := call(actx, func() (struct{}, error) { return struct{}{}, conn.AddAuth("digest", c.digest()) })
+		cancel()
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("bench: digest auth as %s: %w", c.attach.Username, err)
+		}
+	}
+	return &stockZK{conn: conn, paths: c.paths}, nil
 }
 
 // call runs fn, which takes no context, abandoning it when ctx ends first:
@@ -313,7 +406,7 @@ func (c *stockZK) CreateContext(ctx context.Context, path string, data []byte, f
 }
 
 func (c *stockZK) Write(ctx context.Context, key string, value []byte) error {
-	return zktest.Put(ctx, c, key, value)
+	return zktest.PutZnode(ctx, c, c.paths.znode(key), value)
 }
 
 // Read is the paper's linearizable read on ZooKeeper: sync, then the read,
@@ -322,7 +415,7 @@ func (c *stockZK) Read(ctx context.Context, key, end string) error {
 	if end != "" {
 		return ErrNoRanges
 	}
-	p := zktest.Znode(key)
+	p := c.paths.znode(key)
 	_, err := call(ctx, func() ([]byte, error) {
 		if _, err := c.conn.Sync(p); err != nil {
 			return nil, err
@@ -348,12 +441,169 @@ func (c *stockZK) Close() error {
 // HoldStreams implements the fleet's streamHolder: a watch on key's znode
 // (one-shot, and nothing changes it during a fleet's run).
 func (c *zkClient) HoldStreams(ctx context.Context, key string) (func(), error) {
-	_, _, _, err := c.ExistsWContext(ctx, zktest.Znode(key))
+	_, _, _, err := c.ExistsWContext(ctx, c.paths.znode(key))
 	return func() {}, err
 }
 
 // HoldStreams implements the fleet's streamHolder, as zkClient's.
 func (c *stockZK) HoldStreams(_ context.Context, key string) (func(), error) {
-	_, _, _, err := c.conn.ExistsW(zktest.Znode(key))
+	_, _, _, err := c.conn.ExistsW(c.paths.znode(key))
 	return func() {}, err
+}
+
+// serverVersions implements versionTeller: each server's srvr.
+func (c *zkCluster) serverVersions(ctx context.Context) []string {
+	out := make([]string, len(c.admin))
+	var wg sync.WaitGroup
+	for i := range c.admin {
+		wg.Go(func() {
+			if st, err := c.srvr(ctx, i); err == nil {
+				out[i] = st.Version
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// adminConn is a routed Conn for the keys' parents and their cleanup, with
+// the TLS and credentials every client has.
+func (c *zkCluster) adminConn(ctx context.Context) (*zktest.Client, error) {
+	opts := []ozk.Option{ozk.WithConnectTimeout(10 * time.Second), ozk.WithLogger(testutil.Discard{})}
+	if c.attach.TLS != nil {
+		opts = append(opts, ozk.WithTLS(c.attach.TLS))
+	}
+	conn, err := zktest.Connect(c.endpoints, SessionTimeout, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.addAuth(ctx, conn.Conn); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// parentsTimeout bounds creating the keys' parent znodes.
+const parentsTimeout = 30 * time.Second
+
+// makeParents creates the persistent znodes the keys go under, outermost
+// first, open to all as the keys' own (zktest.ACL); those that exist stay
+// as they are.
+func (c *zkCluster) makeParents(ctx context.Context) error {
+	parents := c.paths.parents()
+	if len(parents) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, parentsTimeout)
+	defer cancel()
+	conn, err := c.adminConn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	for _, p := range parents {
+		if _, err := conn.CreateContext(ctx, p, nil, 0, zktest.ACL); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return fmt.Errorf("bench: creating %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// keyZnodes are the znodes of the keys under prefix: its innermost
+// parent's children, or with the test bed's naming the root's children
+// named as its keys are.
+func keyZnodes(ctx context.Context, conn *zktest.Client, prefix string) ([]string, error) {
+	z := znodes{prefix}
+	dir, name := "/", z.flatPrefix()
+	if parents := z.parents(); len(parents) > 0 {
+		dir, name = parents[len(parents)-1], ""
+	}
+	children, _, err := conn.ChildrenContext(ctx, dir)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bench: listing %s: %w", dir, err)
+	}
+	var out []string
+	for _, child := range children {
+		if strings.HasPrefix(child, name) {
+			out = append(out, path.Join(dir, child))
+		}
+	}
+	return out, nil
+}
+
+// countKeys implements keyStore.
+func (c *zkCluster) countKeys(ctx context.Context, prefix string) (int64, error) {
+	conn, err := c.adminConn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	keys, err := keyZnodes(ctx, conn, prefix)
+	return int64(len(keys)), err
+}
+
+// zkDeleteBatch is how many znodes one Multi deletes: its request and
+// answer stay well under ZooKeeper's jute.maxbuffer (1 MiB by default).
+const zkDeleteBatch = 500
+
+// deleteKeys implements keyStore: the keys' znodes in batches, a Multi
+// each, then their parents innermost first, as far as they are empty (a
+// parent that holds another run's keys stays, with what is above it).
+func (c *zkCluster) deleteKeys(ctx context.Context, prefix string) (int64, error) {
+	conn, err := c.adminConn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	keys, err := keyZnodes(ctx, conn, prefix)
+	if err != nil {
+		return 0, err
+	}
+	var deleted int64
+	for batch := range slices.Chunk(keys, zkDeleteBatch) {
+		n, err := deleteZnodes(ctx, conn, batch)
+		deleted += n
+		if err != nil {
+			return deleted, err
+		}
+	}
+	parents := znodes{prefix}.parents()
+	for i := len(parents) - 1; i >= 0; i-- {
+		err := conn.DeleteContext(ctx, parents[i], -1)
+		if errors.Is(err, zk.ErrNotEmpty) {
+			break
+		}
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return deleted, fmt.Errorf("bench: deleting %s: %w", parents[i], err)
+		}
+	}
+	return deleted, nil
+}
+
+// deleteZnodes deletes paths in one Multi, or one by one when it fails (a
+// znode already gone fails the whole of it), and returns how many it
+// deleted.
+func deleteZnodes(ctx context.Context, conn *zktest.Client, paths []string) (int64, error) {
+	ops := make([]any, len(paths))
+	for i, p := range paths {
+		ops[i] = &zk.DeleteRequest{Path: p, Version: -1}
+	}
+	res, err := conn.MultiContext(ctx, ops...)
+	if err == nil && !slices.ContainsFunc(res, func(r zk.MultiResponse) bool { return r.Error != nil }) {
+		return int64(len(paths)), nil
+	}
+	var n int64
+	for _, p := range paths {
+		switch err := conn.DeleteContext(ctx, p, -1); {
+		case err == nil:
+			n++
+		case !errors.Is(err, zk.ErrNoNode):
+			return n, fmt.Errorf("bench: deleting %s: %w", p, err)
+		}
+	}
+	return n, nil
 }

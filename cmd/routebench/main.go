@@ -10,14 +10,18 @@
 //	go run ./cmd/routebench --scenario fleet --backend zk
 //	go run ./cmd/routebench --member-cpu 0    # shared cores
 //	go run ./cmd/routebench --endpoints http://10.0.0.1:2379,http://10.0.0.2:2379,http://10.0.0.3:2379
+//	go run ./cmd/routebench --endpoints https://10.0.0.1:2379,… --cacert ca.pem --user bench --password …
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -69,7 +73,17 @@ func run() error {
 	topoFile := fs.String("topology", "", "three-zones (each member in a zone of its own: client and m0 in a, the leader m1 in b, m2 in c), or a JSON topology file (zones, one-way delays), replacing the default")
 	simCosts := fs.String("sim-costs", "", "with --sim: costs.json files of costs runs (routebench --scenario costs --out DIR), comma-separated, one per store: each store's simulated members take costs fitted to its run instead of the placeholder costs")
 	simulate := fs.Bool("sim", false, "simulate the cluster in virtual time on the real router (package sim; its costs are not calibrated yet: docs/simulator.md) instead of the test bed; scenarios with faults are refused")
-	endpoints := fs.String("endpoints", "", "comma-separated endpoints of an existing cluster instead of the test bed (no fault injection)")
+	endpoints := fs.String("endpoints", "", "comma-separated endpoints of an existing cluster instead of the test bed (no fault injection; see docs/routebench.md, On your cluster)")
+	var ext external
+	fs.StringVar(&ext.cacert, "cacert", "", "with --endpoints: PEM file of the CA(s) that signed the servers' certificates; connect over TLS (ZooKeeper: to its secureClientPort)")
+	fs.StringVar(&ext.cert, "cert", "", "with --endpoints: PEM file of a client certificate, for servers that ask for one (with --key); connect over TLS")
+	fs.StringVar(&ext.key, "key", "", "with --endpoints: PEM file of --cert's private key")
+	fs.StringVar(&ext.user, "user", "", "with --endpoints: authenticate every client as this user (etcd auth; ZooKeeper digest auth, user:password)")
+	fs.StringVar(&ext.password, "password", "", "with --user: its password (default $"+passwordEnv+"); never written to results.json")
+	fs.StringVar(&ext.zones, "zones", "", "with --endpoints and --client-zone: each endpoint's zone, endpoint=zone,…, as given to --endpoints: routed clients are told, as on the test bed")
+	fs.StringVar(&ext.clientZone, "client-zone", "", "with --endpoints and --zones: the zone routebench runs in")
+	fs.StringVar(&ext.prefix, "prefix", "", "with --endpoints: prefix of the keys the workload writes, ending in / (default routebench/<run id>/; ZooKeeper: znodes under /routebench/<run id>); refused if it already holds keys, unless --keep")
+	fs.BoolVar(&ext.keep, "keep", false, "with --endpoints: leave the keys under --prefix; by default they are deleted when the run ends, fails or is interrupted")
 	fleetRows := fs.String("fleet-rows", "", "fleet scenario rows, comma-separated (default all): idle-100, idle-500, streams-100, writes-100, failover-50, move-50")
 	out := fs.String("out", "", "directory for tables.md, results.json, results.csv and PNG figures")
 	cpuProfile := fs.String("cpuprofile", "", "write the client process's CPU profile here")
@@ -108,6 +122,18 @@ func run() error {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	started := time.Now()
+	if *endpoints != "" {
+		ext.endpoints = strings.Split(*endpoints, ",")
+	}
+	if ext.password == "" && ext.user != "" {
+		ext.password = os.Getenv(passwordEnv)
+	}
+	attach, keyPrefix, err := ext.options(set, runID(started))
+	if err != nil {
+		return err
+	}
+	meta := bench.NewMeta(redacted(os.Args), *backend, w, started)
 
 	names := strings.Split(*scenario, ",")
 	if *simulate && (set["member-cpu"] || set["client-cpu"] || *endpoints != "" || *scenario == bench.ScenarioFleet || *scenario == bench.ScenarioCosts) {
@@ -129,7 +155,16 @@ func run() error {
 			logf("--nodes applies to the default topology; three-zones has 3 members")
 		}
 	}
-	base := bench.Options{Workload: w, Set: set, Trials: *trials, Nodes: *nodes, Logf: logf}
+	base := bench.Options{Workload: w, Set: set, Trials: *trials, Nodes: *nodes, Logf: logf,
+		Attach: attach, KeyPrefix: keyPrefix, KeepKeys: ext.keep,
+		// Told by the runner between cells, in this goroutine: the files
+		// written after each cell have the versions known by then.
+		ServerVersions: func(store string, versions []string) {
+			if meta.ServerVersions == nil {
+				meta.ServerVersions = map[string][]string{}
+			}
+			meta.ServerVersions[store] = versions
+		}}
 	if *resume {
 		if *out == "" {
 			return errors.New("--resume needs --out, the directory of the run to resume")
@@ -147,8 +182,17 @@ func run() error {
 		base.Policies = strings.Split(*policies, ",")
 	}
 	if *endpoints != "" {
-		base.Endpoints = strings.Split(*endpoints, ",")
-		logf("attaching to %v: no fault injection, no oracle", base.Endpoints)
+		base.Endpoints = ext.endpoints
+		keys := "deleted after the run"
+		if ext.keep {
+			keys = "kept (--keep)"
+		}
+		logf("attaching to %v: no fault injection, no oracle; the workload's keys under %q, %s", base.Endpoints, keyPrefix, keys)
+		meta.Endpoints, meta.KeysKept = base.Endpoints, ext.keep
+	}
+	meta.KeyPrefix = bench.DefaultKeyPrefix
+	if keyPrefix != "" {
+		meta.KeyPrefix = keyPrefix
 	}
 	// Every setup's options before the first cluster starts: a bad flag
 	// fails at once, not hours into the grid.
@@ -176,6 +220,9 @@ func run() error {
 			continue
 		}
 		runs = append(runs, opts)
+		if mode := bench.RunCPUMode(opts); !slices.Contains(meta.CPUModes, mode) {
+			meta.CPUModes = append(meta.CPUModes, mode)
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -216,7 +263,7 @@ func run() error {
 		if *out == "" || writeErr != nil {
 			return
 		}
-		if writeErr = bench.WriteFiles(*out, withUnreached(finished, base.Measured), strings.Join(headers, "\n")); writeErr != nil {
+		if writeErr = bench.WriteFiles(*out, withUnreached(finished, base.Measured), strings.Join(headers, "\n"), meta); writeErr != nil {
 			logf("writing %s: %v", *out, writeErr)
 		}
 	}
@@ -236,7 +283,7 @@ func run() error {
 			if *out != "" {
 				// The cells cut short too, for the record; --resume
 				// runs them again.
-				if werr := errors.Join(writeErr, bench.WriteFiles(*out, withUnreached(comps, base.Measured), strings.Join(headers, "\n"))); werr != nil {
+				if werr := errors.Join(writeErr, bench.WriteFiles(*out, withUnreached(comps, base.Measured), strings.Join(headers, "\n"), meta)); werr != nil {
 					return werr
 				}
 				logf("wrote %s/{tables.md,results.json,results.csv,*.png}", *out)
@@ -385,7 +432,21 @@ func headerText(opts bench.Options, scenario string) string {
 	fmt.Fprintf(&b, "workload: %.0f%% reads, %d keys, %d-byte values, %d key(s) per read, %d %s workers (default %d closed-loop: two cores saturate near 16), %v measured after %v warm-up, %d connections per member\n",
 		100*w.ReadRatio, w.Keys, w.ValueSize, w.RangeSize, w.Workers, pacing, bench.DefaultWorkers, w.Duration, w.Warmup, w.ConnsPerMember)
 	if len(opts.Endpoints) > 0 {
-		fmt.Fprintf(&b, "cluster: external %v\n", opts.Endpoints)
+		var how []string
+		if opts.Attach.TLS != nil {
+			how = append(how, "over TLS")
+		}
+		if u := opts.Attach.Username; u != "" {
+			how = append(how, "as user "+u)
+		}
+		if z := opts.Attach.ClientZone; z != "" {
+			how = append(how, fmt.Sprintf("client in zone %s, zones %v", z, opts.Attach.Zones))
+		}
+		keys := "deleted after the run"
+		if opts.KeepKeys {
+			keys = "kept"
+		}
+		fmt.Fprintf(&b, "cluster: external %v%s; the workload's keys under %q, %s\n", opts.Endpoints, strings.TrimSuffix(" "+strings.Join(how, ", "), " "), opts.KeyPrefix, keys)
 	} else {
 		topo := testbed.DefaultTopology(opts.Nodes)
 		if opts.Topology != nil {
@@ -413,6 +474,155 @@ func headerText(opts bench.Options, scenario string) string {
 
 // auto is the default of --member-cpu and --client-cpu.
 const auto = "auto"
+
+// passwordEnv holds --password when the flag is not given: a password on
+// the command line is visible to every user of the host.
+const passwordEnv = "ROUTEBENCH_PASSWORD"
+
+// external is what the flags say of a cluster of one's own: where it is
+// (--endpoints), how to reach it and place it, and where the run's keys go.
+type external struct {
+	endpoints         []string
+	cacert, cert, key string
+	user, password    string
+	zones, clientZone string
+	prefix            string
+	keep              bool
+}
+
+// externalOnly are the flags for a cluster of one's own, refused without
+// --endpoints.
+var externalOnly = []string{"cacert", "cert", "key", "user", "password", "zones", "client-zone", "prefix", "keep"}
+
+// errExternalOnly: a flag for a cluster of one's own without --endpoints.
+var errExternalOnly = errors.New("for a cluster of your own: they need --endpoints")
+
+// options checks the flags that go with --endpoints (set names those
+// given) and reads them: the TLS files, the credentials, the zones, and
+// the key prefix, by default one of the run's own (runID).
+func (e external) options(set map[string]bool, runID string) (bench.AttachOptions, string, error) {
+	var o bench.AttachOptions
+	if len(e.endpoints) == 0 {
+		var given []string
+		for _, f := range externalOnly {
+			if set[f] {
+				given = append(given, "--"+f)
+			}
+		}
+		if len(given) > 0 {
+			return o, "", fmt.Errorf("%s: %w", strings.Join(given, ", "), errExternalOnly)
+		}
+		return o, "", nil
+	}
+	switch {
+	case (e.cert == "") != (e.key == ""):
+		return o, "", errors.New("--cert and --key go together")
+	case e.user == "" && e.password != "":
+		return o, "", errors.New("--password needs --user")
+	case e.user != "" && e.password == "":
+		return o, "", fmt.Errorf("--user %s needs a password: --password or $%s", e.user, passwordEnv)
+	case (e.zones == "") != (e.clientZone == ""):
+		return o, "", errors.New("--zones and --client-zone go together")
+	}
+	var err error
+	if o.TLS, err = loadTLS(e.cacert, e.cert, e.key); err != nil {
+		return o, "", err
+	}
+	o.Username, o.Password, o.ClientZone = e.user, e.password, e.clientZone
+	if e.zones != "" {
+		if o.Zones, err = parseZones(e.zones, e.endpoints); err != nil {
+			return o, "", err
+		}
+	}
+	prefix := e.prefix
+	if prefix == "" {
+		prefix = "routebench/" + runID + "/"
+	}
+	if err := bench.ValidKeyPrefix(prefix); err != nil {
+		return o, "", fmt.Errorf("--prefix: %w", err)
+	}
+	return o, prefix, nil
+}
+
+// loadTLS reads the clients' TLS configuration from PEM files: the CAs to
+// trust (the host's when cacert is empty) and, with certFile, the client
+// certificate and its key; nil when neither file is given.
+func loadTLS(cacert, certFile, keyFile string) (*tls.Config, error) {
+	if cacert == "" && certFile == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cacert != "" {
+		pem, err := os.ReadFile(cacert)
+		if err != nil {
+			return nil, fmt.Errorf("--cacert: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--cacert %s: no PEM certificate in it", cacert)
+		}
+	}
+	if certFile != "" {
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cert %s, --key %s: %w", certFile, keyFile, err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
+// parseZones reads --zones, endpoint=zone,…: every endpoint once, as given
+// to --endpoints, and nothing else.
+func parseZones(s string, endpoints []string) (map[string]string, error) {
+	zones := map[string]string{}
+	for _, part := range strings.Split(s, ",") {
+		// The endpoint may be a URL; its zone follows the last "=".
+		i := strings.LastIndexByte(part, '=')
+		if i <= 0 || i == len(part)-1 {
+			return nil, fmt.Errorf("--zones %q: want endpoint=zone,…", s)
+		}
+		ep, zone := strings.TrimSpace(part[:i]), strings.TrimSpace(part[i+1:])
+		if !slices.Contains(endpoints, ep) {
+			return nil, fmt.Errorf("--zones: %s is not one of --endpoints %v", ep, endpoints)
+		}
+		if _, dup := zones[ep]; dup {
+			return nil, fmt.Errorf("--zones: %s twice", ep)
+		}
+		zones[ep] = zone
+	}
+	for _, ep := range endpoints {
+		if zones[ep] == "" {
+			return nil, fmt.Errorf("--zones: no zone for %s", ep)
+		}
+	}
+	return zones, nil
+}
+
+// runID names a run: when it started, and a random part for runs started
+// in the same second.
+func runID(started time.Time) string {
+	return fmt.Sprintf("%s-%06x", started.UTC().Format("20060102T150405Z"), rand.Uint32()&0xffffff)
+}
+
+// redacted is the command line with --password's value replaced, for
+// results.json.
+func redacted(args []string) []string {
+	out := slices.Clone(args)
+	for i := 0; i < len(out); i++ {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(out[i], "-"), "=")
+		if !strings.HasPrefix(out[i], "-") || name != "password" {
+			continue
+		}
+		if hasValue {
+			out[i] = out[i][:strings.IndexByte(out[i], '=')+1] + "REDACTED"
+		} else if i+1 < len(out) {
+			out[i+1] = "REDACTED"
+			i++
+		}
+	}
+	return out
+}
 
 // cpuBudgets reads --member-cpu and --client-cpu. auto gives members
 // bench.DefaultBudgets where the test bed can confine processes and
@@ -511,9 +721,9 @@ func calibrateFiles(paths string) error {
 }
 
 // replotDir redraws a previous --out directory from its results.json,
-// keeping the header its tables.md had.
+// keeping the header its tables.md had and the meta its results.json had.
 func replotDir(dir string) error {
-	comps, err := bench.LoadComparisons(filepath.Join(dir, "results.json"))
+	comps, meta, err := bench.LoadRun(filepath.Join(dir, "results.json"))
 	if err != nil {
 		return err
 	}
@@ -523,7 +733,7 @@ func replotDir(dir string) error {
 			header = string(old[:i])
 		}
 	}
-	return bench.WriteFiles(dir, comps, header)
+	return bench.WriteFiles(dir, comps, header, meta)
 }
 
 // runFleet runs the fleet scenario: what a fleet of clients costs the

@@ -86,6 +86,9 @@ type Srvr struct {
 	Zxid int64
 	// Connections is the number of client connections.
 	Connections int
+	// Version is the "Zookeeper version:" line's value: the version and
+	// its build ("3.8.0-…, built on 2024-12-29 17:54 UTC").
+	Version string
 }
 
 // Epoch returns the ZAB epoch of Zxid.
@@ -113,6 +116,8 @@ func ParseSrvr(b []byte) (Srvr, error) {
 			s.Zxid = z
 		case "Connections":
 			s.Connections, _ = strconv.Atoi(v)
+		case "Zookeeper version":
+			s.Version = v
 		}
 	}
 	if s.Mode == "" {

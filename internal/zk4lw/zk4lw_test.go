@@ -27,7 +27,7 @@ func TestParseSrvr(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Mode != "leader" || s.Epoch() != 3 || s.Zxid != 0x300000007 || s.Connections != 2 {
+	if s.Mode != "leader" || s.Epoch() != 3 || s.Zxid != 0x300000007 || s.Connections != 2 || s.Version != "3.8.0-${mvngit.commit.id}, built on 2024-12-29 17:54 UTC" {
 		t.Fatalf("%+v (epoch %d)", s, s.Epoch())
 	}
 	if _, err := ParseSrvr([]byte("Zxid: 0x1\n")); err == nil {

@@ -139,13 +139,18 @@ type ZnodeWriter interface {
 
 // Put stores value under key's znode through w, creating it on first use.
 func Put(ctx context.Context, w ZnodeWriter, key string, value []byte) error {
-	p := Znode(key)
+	return PutZnode(ctx, w, Znode(key), value)
+}
+
+// PutZnode stores value in the znode at path through w, creating it (with
+// ACL; not its parents) on first use.
+func PutZnode(ctx context.Context, w ZnodeWriter, path string, value []byte) error {
 	for {
-		_, err := w.SetContext(ctx, p, value, -1)
+		_, err := w.SetContext(ctx, path, value, -1)
 		if !errors.Is(err, zk.ErrNoNode) {
 			return err
 		}
-		if _, err = w.CreateContext(ctx, p, value, 0, ACL); !errors.Is(err, zk.ErrNodeExists) {
+		if _, err = w.CreateContext(ctx, path, value, 0, ACL); !errors.Is(err, zk.ErrNodeExists) {
 			return err
 		}
 	}

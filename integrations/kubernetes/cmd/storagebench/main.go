@@ -54,6 +54,7 @@ func run() error {
 			return err
 		}
 	}
+	started := time.Now()
 	w := bench.DefaultWorkload()
 	w.Duration = *duration
 	opts := bench.Options{
@@ -75,7 +76,9 @@ func run() error {
 		fmt.Println()
 		fmt.Print(bench.Markdown(comps))
 		if *out != "" {
-			if werr := bench.WriteFiles(*out, comps, header); werr != nil {
+			meta := bench.NewMeta(os.Args, opts.Backend.Name(), w, started)
+			meta.CPUModes = []string{bench.RunCPUMode(opts)}
+			if werr := bench.WriteFiles(*out, comps, header, meta); werr != nil {
 				return werr
 			}
 		}

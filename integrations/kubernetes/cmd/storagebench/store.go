@@ -77,7 +77,7 @@ func (b storageBackend) Start(ctx context.Context, topo testbed.Topology) (bench
 
 // Attach is not offered: the preload creates the pods the reads get, once
 // per cluster, which an existing cluster may already hold.
-func (storageBackend) Attach(context.Context, []string) (bench.Cluster, error) {
+func (storageBackend) Attach(context.Context, bench.AttachOptions) (bench.Cluster, error) {
 	return nil, errors.New("storagebench: runs on the test bed only")
 }
 
