@@ -66,10 +66,21 @@ func CloseAllBeforeTimeout() {
 
 // Main is the TestMain of a package whose tests start clusters: in the
 // quick tier its examples are skipped (they start servers and cannot skip
-// themselves), clusters are closed before go test's -timeout, and no
-// goroutine may be left when the tests end (goleak).
+// themselves), clusters are closed before go test's -timeout, the shared
+// ones (SharedZKT) when the tests end, and no goroutine may be left then
+// (goleak).
 func Main(m *testing.M) {
 	testutil.MainSkippingExamplesInQuickTier()
 	CloseAllBeforeTimeout()
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(closingShared{m})
+}
+
+// closingShared runs the tests, then closes the clusters they shared,
+// before goleak looks for what is left.
+type closingShared struct{ m *testing.M }
+
+func (c closingShared) Run() int {
+	code := c.m.Run()
+	closeShared()
+	return code
 }

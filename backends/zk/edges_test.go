@@ -319,7 +319,7 @@ func TestAddAuthOnEverySession(t *testing.T) {
 // not the leader's: it must not clear the leader (which sent writes round
 // robin and forced re-probes when deadlines counted as failures).
 func TestCallerDeadlineIsNoLeaderFailure(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	c := testbed.SharedZKT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var dials atomic.Int64 // probes dial each round; sessions stay put

@@ -127,7 +127,7 @@ func TestLockUnderFaults(t *testing.T) {
 // would take the lock later for nobody, and every contender would wait for
 // the Conn's session to end.
 func TestLockContextGivesUpCleanly(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	c := testbed.SharedZKT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	a, _ := connect(t, c)

@@ -14,7 +14,7 @@ import (
 // A move waiting for a request in flight to drain must end with Close, at
 // once: it used to outlive Close and wait out its 2 s drain.
 func TestCloseEndsMovesAtOnce(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	c := testbed.SharedZKT(t)
 	conn, _, err := Connect(c.Endpoints(), 6*time.Second, WithConnectTimeout(6*time.Second), WithLogger(testutil.Discard{}))
 	if err != nil {
 		t.Fatal(err)

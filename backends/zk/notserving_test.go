@@ -84,7 +84,7 @@ func (c *liarConn) Read(b []byte) (int, error) {
 // an election, when a round that began while a follower synced ends after
 // sessions are back on it). The server leaves the read pool all the same.
 func TestStaleNotServingProbeKeepsSession(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	c := testbed.SharedZKT(t)
 	d := &probeLiar{}
 	// Probed every round even when settled: the lie must reach the router soon.
 	conn, _ := connect(t, c, ozk.WithDialer(d.dial), ozk.WithRouterConfig(func(rc *router.Config) {

@@ -80,7 +80,7 @@ func (c *stallConn) Write(b []byte) (int, error) {
 // under -race (the README's test command) go-zookeeper v1.0.4 alone fails
 // this with a data race on lastZxid; the watches still fire afterwards.
 func TestReconnectWithWatchesIsRaceFree(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	c := testbed.SharedZKT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	admin := direct(t, c, 0)

@@ -116,7 +116,7 @@ func (c *authCutConn) Write(b []byte) (int, error) {
 // for ever on the second answer, holding its request lock (the session never
 // redials, its event channel never closes, Close waits on it).
 func TestFailedCredentialResendDoesNotWedge(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	c := testbed.SharedZKT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	aclNode(t, c, "/wedge")
@@ -428,7 +428,7 @@ func (c *hangConn) Write(b []byte) (int, error) {
 // request's write never returns) while its server answers probes is
 // replaced after the session timeout, and reads on that server go on.
 func TestWedgedMemberSessionIsReplaced(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	c := testbed.SharedZKT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	leader, err := c.WaitLeader(ctx)
@@ -455,13 +455,13 @@ func TestWedgedMemberSessionIsReplaced(t *testing.T) {
 			conn.Close()
 		}
 	}()
-	if _, err := conn.CreateContext(ctx, "/hang", []byte("x"), 0, zk.WorldACL(zk.PermAll)); err != nil {
+	if _, err := conn.CreateContext(ctx, "/hang-member", []byte("x"), 0, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
 	}
 	read := func(within time.Duration) error {
 		rctx, rcancel := context.WithTimeout(ozk.WithMember(ctx, ep), within)
 		defer rcancel()
-		_, _, err := conn.GetContext(rctx, "/hang")
+		_, _, err := conn.GetContext(rctx, "/hang-member")
 		return err
 	}
 	if err := read(5 * time.Second); err != nil {
@@ -486,7 +486,7 @@ func TestWedgedMemberSessionIsReplaced(t *testing.T) {
 	if n := rec.count(ozk.EventSessionWedged); n != 1 {
 		t.Errorf("%d %s events, want 1", n, ozk.EventSessionWedged)
 	}
-	if _, err := conn.SetContext(ctx, "/hang", []byte("y"), -1); err != nil {
+	if _, err := conn.SetContext(ctx, "/hang-member", []byte("y"), -1); err != nil {
 		t.Fatalf("write after the replacement: %v", err)
 	}
 	close(d.release) // the stuck loop ends: its session was closed
@@ -499,7 +499,7 @@ func TestWedgedMemberSessionIsReplaced(t *testing.T) {
 // the Conn's ephemerals: after twice the session timeout it counts as
 // expired, and calls fail with zk.ErrSessionExpired instead of hanging.
 func TestWedgedPrimarySessionExpires(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	c := testbed.SharedZKT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	leader, err := c.WaitLeader(ctx)
@@ -516,7 +516,7 @@ func TestWedgedPrimarySessionExpires(t *testing.T) {
 		close(d.release) // the stuck loop goes on to its end
 		conn.Close()
 	}()
-	if _, err := conn.CreateContext(ctx, "/hang", []byte("x"), 0, zk.WorldACL(zk.PermAll)); err != nil {
+	if _, err := conn.CreateContext(ctx, "/hang-primary", []byte("x"), 0, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
 	}
 	d.addr.Store(ep)
@@ -524,7 +524,7 @@ func TestWedgedPrimarySessionExpires(t *testing.T) {
 	start := time.Now()
 	for {
 		wctx, wcancel := context.WithTimeout(ctx, time.Second)
-		_, err = conn.SetContext(wctx, "/hang", []byte("y"), -1)
+		_, err = conn.SetContext(wctx, "/hang-primary", []byte("y"), -1)
 		wcancel()
 		if errors.Is(err, zk.ErrSessionExpired) || time.Since(start) > 2*sessionTimeout+10*time.Second {
 			break
@@ -559,7 +559,7 @@ func TestWedgedPrimarySessionExpires(t *testing.T) {
 // it expired, as it would an established one, but tells once that it is
 // wedged. Once the write gets through, the Conn serves.
 func TestWedgedFirstHandshakeIsToldNotExpired(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	c := testbed.SharedZKT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := c.WaitLeader(ctx); err != nil {

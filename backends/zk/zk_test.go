@@ -54,7 +54,7 @@ func requests(t *testing.T, c *testbed.ZKCluster) (updates, reads []uint64) {
 }
 
 func TestAPIAndErrors(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	c := testbed.SharedZKT(t)
 	conn, _ := connect(t, c)
 	if _, err := conn.Create("/a", []byte("1"), 0, acl); err != nil {
 		t.Fatal(err)
@@ -189,7 +189,7 @@ func TestSessionExpiryReported(t *testing.T) {
 
 // sticky is go-zookeeper's own behaviour: one session on one server.
 func TestStickyOneServer(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	c := testbed.SharedZKT(t)
 	conn, _ := connect(t, c, ozk.WithPolicy(router.Sticky))
 	if _, err := conn.Create("/s", nil, 0, acl); err != nil {
 		t.Fatal(err)
@@ -313,7 +313,7 @@ func TestFrozenLeader(t *testing.T) {
 // and linearizable reads through any server see the latest. Stale reads
 // skip the sync: one request per read at the server, not two.
 func TestOrderAcrossSessionsAndStaleReads(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	c := testbed.SharedZKT(t)
 	conn, _ := connect(t, c, ozk.WithPolicy(router.RoundRobin))
 	if _, err := conn.Create("/o", []byte("0"), 0, acl); err != nil {
 		t.Fatal(err)
@@ -366,7 +366,7 @@ func TestOrderAcrossSessionsAndStaleReads(t *testing.T) {
 // timeout, not the one asked for, or an idle session would drop between
 // pings.
 func TestSessionTimeoutRaisedByServer(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	c := testbed.SharedZKT(t)
 	var disconnects atomic.Int64
 	conn, _, err := ozk.Connect(c.Endpoints(), time.Second, ozk.WithConnectTimeout(time.Second), ozk.WithLogger(quiet{}), ozk.WithEventCallback(func(ev zk.Event) {
 		if ev.Type == zk.EventSession && ev.State == zk.StateDisconnected {
