@@ -254,15 +254,7 @@ func (c *zkCluster) Connect(ctx context.Context, policy string, _ int) (Client, 
 		}
 	}
 	conn, pin, err := connectPinned(ctx, policy, c, c.tb != nil, func() (*zktest.Client, error) {
-		conn, err := zktest.Connect(c.endpoints, SessionTimeout, opts...)
-		if err != nil {
-			return nil, err
-		}
-		if err := c.addAuth(ctx, conn.Conn); err != nil {
-			conn.Close()
-			return nil, err
-		}
-		return conn, nil
+		return c.connectWithAuth(ctx, opts...)
 	})
 	if err != nil {
 		return nil, err
@@ -473,6 +465,12 @@ func (c *zkCluster) adminConn(ctx context.Context) (*zktest.Client, error) {
 	if c.attach.TLS != nil {
 		opts = append(opts, ozk.WithTLS(c.attach.TLS))
 	}
+	return c.connectWithAuth(ctx, opts...)
+}
+
+// connectWithAuth connects a routed Conn with opts and the credentials
+// every client has.
+func (c *zkCluster) connectWithAuth(ctx context.Context, opts ...ozk.Option) (*zktest.Client, error) {
 	conn, err := zktest.Connect(c.endpoints, SessionTimeout, opts...)
 	if err != nil {
 		return nil, err
