@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/testbed"
 )
@@ -318,5 +320,56 @@ func TestAttachedClusterLeavesNoKeys(t *testing.T) {
 	}
 	if n := count("routebench/kept/"); n != int64(w.Keys) {
 		t.Errorf("%d keys under the kept prefix after a refused run, want %d", n, w.Keys)
+	}
+}
+
+// TestAttachedEnsembleKeepsWhatWasThere attaches to a test-bed ZooKeeper
+// ensemble as to one of one's own: a run under a prefix whose outer znode
+// an application already has (with data) deletes its keys and the parent
+// it created, and leaves the application's znode as it was; a prefix that
+// names an application's znode itself is refused before anything is
+// written, and the znode keeps its data.
+func TestAttachedEnsembleKeepsWhatWasThere(t *testing.T) {
+	tb := testbed.SharedZKT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	app, _, err := zk.Connect(tb.Endpoints(), SessionTimeout, zk.WithLogger(testutil.Discard{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	for _, p := range []string{"/appdata", "/appdata/config"} {
+		if _, err := app.Create(p, []byte("keep me"), 0, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatalf("creating %s: %v", p, err)
+		}
+	}
+	w := DefaultWorkload()
+	w.Duration, w.Warmup, w.Workers, w.Keys = time.Second, 200*time.Millisecond, 2, 20
+	run := func(prefix string) error {
+		r, err := NewRunner(Options{Backend: ZooKeeper{}, Workload: w, Trials: 1, Policies: []string{router.Hybrid},
+			Endpoints: tb.Endpoints(), KeyPrefix: prefix, Logf: t.Logf})
+		if err != nil {
+			return err
+		}
+		_, err = r.Run(ctx, ScenarioZKHealthy)
+		if cerr := r.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	}
+	if err := run("appdata/run/"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := app.Exists("/appdata/run"); err != nil || ok {
+		t.Errorf("the run's own parent /appdata/run: exists %v (%v), want it deleted", ok, err)
+	}
+	if err := run("appdata/config/"); !errors.Is(err, ErrPrefixInUse) {
+		t.Errorf("a run on a prefix naming the application's znode: %v, want ErrPrefixInUse", err)
+	}
+	for _, p := range []string{"/appdata", "/appdata/config"} {
+		data, _, err := app.Get(p)
+		if err != nil || string(data) != "keep me" {
+			t.Errorf("the application's %s after the runs: %q, %v; want it as it was", p, data, err)
+		}
 	}
 }

@@ -107,6 +107,10 @@ type zkCluster struct {
 	admin  []string      // where four-letter words go: the servers' own ports
 	attach AttachOptions // TLS and credentials; zero on the test bed
 	paths  znodes        // the keys' znodes
+	// created are the parent znodes this attach created, outermost first:
+	// the only parents its cleanup may delete (one that was there before
+	// is someone's, with its data and ACL).
+	created []string
 }
 
 // dialer is how sessions reach the servers: go-zookeeper's own
@@ -486,8 +490,10 @@ func (c *zkCluster) connectWithAuth(ctx context.Context, opts ...ozk.Option) (*z
 const parentsTimeout = 30 * time.Second
 
 // makeParents creates the persistent znodes the keys go under, outermost
-// first, open to all as the keys' own (zktest.ACL); those that exist stay
-// as they are.
+// first, open to all as the keys' own (zktest.ACL). Outer ones that exist
+// stay as they are; the innermost must be new, the run's own, which claims
+// the prefix: another run, or an application's znode of that name, makes
+// it ErrPrefixInUse.
 func (c *zkCluster) makeParents(ctx context.Context) error {
 	parents := c.paths.parents()
 	if len(parents) == 0 {
@@ -500,10 +506,35 @@ func (c *zkCluster) makeParents(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
-	for _, p := range parents {
-		if _, err := conn.CreateContext(ctx, p, nil, 0, zktest.ACL); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+	for i, p := range parents {
+		_, err := conn.CreateContext(ctx, p, nil, 0, zktest.ACL)
+		switch {
+		case err == nil:
+			c.created = append(c.created, p)
+		case errors.Is(err, zk.ErrNodeExists) && i < len(parents)-1:
+		case errors.Is(err, zk.ErrNodeExists):
+			c.deleteCreated(ctx, conn)
+			return fmt.Errorf("%w: %s exists", ErrPrefixInUse, p)
+		default:
+			c.deleteCreated(ctx, conn)
 			return fmt.Errorf("bench: creating %s: %w", p, err)
 		}
+	}
+	return nil
+}
+
+// deleteCreated deletes the parents this attach created, innermost first,
+// as far as they are empty, and forgets them.
+func (c *zkCluster) deleteCreated(ctx context.Context, conn *zktest.Client) error {
+	for i := len(c.created) - 1; i >= 0; i-- {
+		err := conn.DeleteContext(ctx, c.created[i], -1)
+		if errors.Is(err, zk.ErrNotEmpty) {
+			return nil // another's keys, or a stray one: it stays, with what is above it
+		}
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return fmt.Errorf("bench: deleting %s: %w", c.created[i], err)
+		}
+		c.created = c.created[:i]
 	}
 	return nil
 }
@@ -549,8 +580,8 @@ func (c *zkCluster) countKeys(ctx context.Context, prefix string) (int64, error)
 const zkDeleteBatch = 500
 
 // deleteKeys implements keyStore: the keys' znodes in batches, a Multi
-// each, then their parents innermost first, as far as they are empty (a
-// parent that holds another run's keys stays, with what is above it).
+// each, then the parents this attach created, innermost first, as far as
+// they are empty; parents that were there before stay.
 func (c *zkCluster) deleteKeys(ctx context.Context, prefix string) (int64, error) {
 	conn, err := c.adminConn(ctx)
 	if err != nil {
@@ -562,24 +593,14 @@ func (c *zkCluster) deleteKeys(ctx context.Context, prefix string) (int64, error
 		return 0, err
 	}
 	var deleted int64
+	var errs []error
 	for batch := range slices.Chunk(keys, zkDeleteBatch) {
 		n, err := deleteZnodes(ctx, conn, batch)
 		deleted += n
-		if err != nil {
-			return deleted, err
-		}
+		errs = append(errs, err)
 	}
-	parents := znodes{prefix}.parents()
-	for i := len(parents) - 1; i >= 0; i-- {
-		err := conn.DeleteContext(ctx, parents[i], -1)
-		if errors.Is(err, zk.ErrNotEmpty) {
-			break
-		}
-		if err != nil && !errors.Is(err, zk.ErrNoNode) {
-			return deleted, fmt.Errorf("bench: deleting %s: %w", parents[i], err)
-		}
-	}
-	return deleted, nil
+	errs = append(errs, c.deleteCreated(ctx, conn))
+	return deleted, errors.Join(errs...)
 }
 
 // deleteZnodes deletes paths in one Multi, or one by one when it fails (a
@@ -595,13 +616,14 @@ func deleteZnodes(ctx context.Context, conn *zktest.Client, paths []string) (int
 		return int64(len(paths)), nil
 	}
 	var n int64
+	var errs []error
 	for _, p := range paths {
 		switch err := conn.DeleteContext(ctx, p, -1); {
 		case err == nil:
 			n++
 		case !errors.Is(err, zk.ErrNoNode):
-			return n, fmt.Errorf("bench: deleting %s: %w", p, err)
+			errs = append(errs, fmt.Errorf("bench: deleting %s: %w", p, err)) // and go on with the rest
 		}
 	}
-	return n, nil
+	return n, errors.Join(errs...)
 }

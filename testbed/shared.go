@@ -14,6 +14,9 @@ import (
 var shared struct {
 	mu sync.Mutex
 	zk *ZKCluster
+	// served names the tests the ensemble was handed to: one asking again
+	// (go test -count) would find its own znodes from the last time.
+	served map[string]bool
 }
 
 // SharedZKT returns the 3-member ZooKeeper ensemble on the default
@@ -28,11 +31,22 @@ func SharedZKT(tb interface {
 	Fatal(...any)
 	Skip(...any)
 	Logf(string, ...any)
+	Name() string
 }) *ZKCluster {
 	tb.Helper()
 	prepareT(tb)
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
+	if shared.served[tb.Name()] {
+		// The same test again (go test -count): a fresh ensemble, as it
+		// had the first time.
+		closeSharedLocked()
+	}
+	defer func() {
+		if shared.served != nil { // nil when the start failed
+			shared.served[tb.Name()] = true
+		}
+	}()
 	if shared.zk != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		err := shared.zk.Heal(ctx)
@@ -50,7 +64,7 @@ func SharedZKT(tb interface {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	shared.zk = c
+	shared.zk, shared.served = c, map[string]bool{}
 	return c
 }
 
@@ -58,8 +72,13 @@ func SharedZKT(tb interface {
 func closeShared() {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
+	closeSharedLocked()
+}
+
+func closeSharedLocked() {
 	if shared.zk != nil {
 		shared.zk.Close()
 		shared.zk = nil
 	}
+	shared.served = nil
 }

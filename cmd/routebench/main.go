@@ -528,6 +528,15 @@ func (e external) options(set map[string]bool, runID string) (bench.AttachOption
 	if o.TLS, err = loadTLS(e.cacert, e.cert, e.key); err != nil {
 		return o, "", err
 	}
+	if o.TLS != nil {
+		// clientv3 connects an http:// endpoint in plaintext whatever
+		// Config.TLS says (and would send the password so).
+		for _, ep := range e.endpoints {
+			if strings.HasPrefix(ep, "http://") || strings.HasPrefix(ep, "unix://") {
+				return o, "", fmt.Errorf("--cacert/--cert with %s: a plaintext endpoint; give https:// (unixs://) endpoints", ep)
+			}
+		}
+	}
 	o.Username, o.Password, o.ClientZone = e.user, e.password, e.clientZone
 	if e.zones != "" {
 		if o.Zones, err = parseZones(e.zones, e.endpoints); err != nil {
