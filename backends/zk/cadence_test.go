@@ -33,7 +33,7 @@ func proxiedConnections(c *testbed.ZKCluster) uint64 {
 // open at most 0.5 probe connections per Conn and second, by the servers'
 // proxies' counts (12 when every round probes).
 func TestIdleConnsProbeRarely(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	c := testbed.SharedZKT(t)
 	conns := make([]*ozk.Conn, 5)
 	for i := range conns {
 		dial := func(network, addr string, timeout time.Duration) (net.Conn, error) {

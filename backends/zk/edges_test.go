@@ -241,7 +241,7 @@ func TestConnectReturnsAtOnceAndConnectsLater(t *testing.T) {
 // first request on a session is the read itself), while client links are reset now and then
 // (moves that can cut a setAuth). A bad scheme's error reaches the caller.
 func TestAddAuthOnEverySession(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	c := testbed.SharedZKT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	aclNode(t, c, "/secret")

@@ -22,7 +22,7 @@ const maxWatchLateness = 3 * time.Second
 // maxWatchLateness of the change. The session timeout is 30 s, a common
 // one: go-zookeeper alone would give up on the server after 20 s.
 func TestIdleWatchLeavesFrozenServer(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	c := testbed.SharedZKT(t)
 	conn, _, err := ozk.Connect(c.Endpoints(), 30*time.Second, ozk.WithConnectTimeout(30*time.Second), ozk.WithLogger(quiet{}))
 	if err != nil {
 		t.Fatal(err)

@@ -65,7 +65,7 @@ func (r *recorder) count(msg string, attrs ...string) int {
 // The Conn's metrics agree with the servers' own counts, and a server that
 // stops answering shows in the metrics and in one event line each.
 func TestMetricsAndEventsOnAnEnsemble(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	c := testbed.SharedZKT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rec := &recorder{}

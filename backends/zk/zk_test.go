@@ -141,7 +141,7 @@ func TestAPIAndErrors(t *testing.T) {
 // Expiry of the primary session is an event, and the Conn then refuses
 // every call rather than carrying on with a new session.
 func TestSessionExpiryReported(t *testing.T) {
-	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	c := testbed.SharedZKT(t)
 	expiredSeen := make(chan struct{}, 1)
 	conn, events := connect(t, c, ozk.WithEventCallback(func(ev zk.Event) {
 		if ev.State == zk.StateExpired {
