@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/oproute/oproute/backends/etcd"
-	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/testbed"
 )
@@ -57,7 +56,7 @@ func testServiceConfigMerged(t *testing.T, c *testbed.EtcdCluster) {
 		t.Fatal(err)
 	}
 	defer routed.Close()
-	testutil.Poll(t, 10*time.Second, "the routed client ready", func() bool { return allProbed(routed) && routed.Stats().Leader != "" })
+	waitReady(t, routed)
 	const gets = 30 // about 10 a member, twice router.Config's default ConsecutiveFailures (5)
 	for name, kv := range map[string]clientv3.KV{"stock": stock, "routed": routed} {
 		if _, err := kv.Put(ctx, "caller/sc", "v"); err != nil {
@@ -111,7 +110,7 @@ func testReplyOverSizeLimit(t *testing.T, c *testbed.EtcdCluster) {
 		t.Fatal(err)
 	}
 	defer routed.Close()
-	testutil.Poll(t, 10*time.Second, "the routed client ready", func() bool { return allProbed(routed) && routed.Stats().Leader != "" })
+	waitReady(t, routed)
 
 	const reads = 60 // 20 a member, four times router.Config's default ConsecutiveFailures (5)
 	for name, kv := range map[string]clientv3.KV{"stock": stock, "routed": routed} {

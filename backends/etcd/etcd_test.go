@@ -100,13 +100,17 @@ func newClient(t *testing.T, c *testbed.EtcdCluster, opts ...etcd.Option) *etcd.
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	// Ready: the leader is known and every member answered a probe, which
-	// needs a ready pooled connection to it.
-	ready := func() bool { return allProbed(cli) && cli.Stats().Leader != "" }
-	testutil.PollWhy(t, 10*time.Second, "client ready", func() (bool, string) {
-		return ready(), fmt.Sprintf("%+v", cli.Stats())
-	})
+	waitReady(t, cli)
 	return cli
+}
+
+// waitReady waits until the leader is known and every member answered a
+// probe, which needs a ready pooled connection to it.
+func waitReady(t *testing.T, cli *etcd.Client) {
+	t.Helper()
+	testutil.PollWhy(t, 10*time.Second, "client ready", func() (bool, string) {
+		return allProbed(cli) && cli.Stats().Leader != "", fmt.Sprintf("%+v", cli.Stats())
+	})
 }
 
 // observedClient is a client of c whose zap logger records what it logs at

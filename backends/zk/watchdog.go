@@ -75,9 +75,7 @@ func (c *Conn) watchSessions() {
 			if s == c.primary && !s.established.Load() {
 				if !toldFirst && !c.closed.Load() {
 					toldFirst = true
-					c.onEvent(router.Event{Kind: EventSessionWedged, Warn: true, Attrs: []slog.Attr{
-						slog.String("session", s.name), slog.Duration("without_server", now.Sub(since)),
-						slog.Bool("never_established", true)}})
+					c.tellWedged(s, now.Sub(since), slog.Bool("never_established", true))
 				}
 				continue
 			}
@@ -103,8 +101,7 @@ func (c *Conn) replaceWedged(s *session, down time.Duration) {
 	if s == c.primary && c.expired.Load() {
 		return
 	}
-	c.onEvent(router.Event{Kind: EventSessionWedged, Warn: true, Attrs: []slog.Attr{
-		slog.String("session", s.name), slog.Duration("without_server", down)}})
+	c.tellWedged(s, down)
 	if s == c.primary {
 		// As ZooKeeper's own expiry: the event on the channel and to the
 		// callback, and every later call refused.
@@ -124,6 +121,12 @@ func (c *Conn) replaceWedged(s *session, down time.Duration) {
 	}
 	s.kick() // a call blocked on the connection ends now
 	c.bg.Go(s.close)
+}
+
+// tellWedged reports session s wedged, down without a server for so long.
+func (c *Conn) tellWedged(s *session, down time.Duration, extra ...slog.Attr) {
+	c.onEvent(router.Event{Kind: EventSessionWedged, Warn: true, Attrs: append([]slog.Attr{
+		slog.String("session", s.name), slog.Duration("without_server", down)}, extra...)})
 }
 
 // sessions returns the primary session and the member sessions open now.
