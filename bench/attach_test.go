@@ -308,6 +308,24 @@ func TestAttachedClusterLeavesNoKeys(t *testing.T) {
 		t.Errorf("%d keys under %q, which the run was not to use", n, DefaultKeyPrefix)
 	}
 
+	// Two runs given one prefix: the claim is one transaction, and the
+	// second finds the first's key.
+	attached, err := Etcd{}.Attach(ctx, AttachOptions{Endpoints: tb.Endpoints(), TLS: tb.ClientTLS(), Username: "root", Password: "rootpw", KeyPrefix: "routebench/claimed/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks := attached.(keyStore)
+	if err := ks.claimKeys(ctx, "routebench/claimed/"); err != nil {
+		t.Errorf("the first claim of an empty prefix: %v", err)
+	}
+	if err := ks.claimKeys(ctx, "routebench/claimed/"); !errors.Is(err, ErrPrefixInUse) {
+		t.Errorf("a second claim of the prefix: %v, want ErrPrefixInUse", err)
+	}
+	if n, err := ks.deleteKeys(ctx, "routebench/claimed/"); err != nil || n != 1 {
+		t.Errorf("deleting the claim: %d keys, %v; want the one", n, err)
+	}
+	attached.Close()
+
 	if err := run("routebench/kept/", true); err != nil {
 		t.Fatal(err)
 	}
@@ -318,8 +336,12 @@ func TestAttachedClusterLeavesNoKeys(t *testing.T) {
 	if err := run("routebench/kept/", false); !errors.Is(err, ErrPrefixInUse) {
 		t.Errorf("a run on a prefix holding keys: %v, want ErrPrefixInUse", err)
 	}
+	// A kept run would write over them: refused too.
+	if err := run("routebench/kept/", true); !errors.Is(err, ErrPrefixInUse) {
+		t.Errorf("a kept run on a prefix holding keys: %v, want ErrPrefixInUse", err)
+	}
 	if n := count("routebench/kept/"); n != int64(w.Keys) {
-		t.Errorf("%d keys under the kept prefix after a refused run, want %d", n, w.Keys)
+		t.Errorf("%d keys under the kept prefix after refused runs, want %d", n, w.Keys)
 	}
 }
 

@@ -308,18 +308,27 @@ func (c *etcdCluster) serverVersions(ctx context.Context) []string {
 	return out
 }
 
-// countKeys implements keyStore.
-func (c *etcdCluster) countKeys(ctx context.Context, prefix string) (int64, error) {
+// claimKeys implements keyStore: one transaction writes the run's first
+// key if and only if no key is under the prefix (a compare over a range
+// with no key holds; etcd compares every key of a range), so that of two
+// runs given one prefix the second finds the first's key.
+func (c *etcdCluster) claimKeys(ctx context.Context, prefix string) error {
 	cli, err := clientv3.New(c.clientConfig(c.endpoints))
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer cli.Close()
-	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(prefix), "=", 0).WithPrefix()).
+		Then(clientv3.OpPut(keySpace(prefix).key(0), "")).
+		Commit()
 	if err != nil {
-		return 0, fmt.Errorf("bench: counting the keys under %q: %w", prefix, err)
+		return fmt.Errorf("bench: claiming the keys under %q: %w", prefix, err)
 	}
-	return resp.Count, nil
+	if !resp.Succeeded {
+		return ErrPrefixInUse
+	}
+	return nil
 }
 
 // deleteKeys implements keyStore: one DeleteRange through a plain client.

@@ -64,8 +64,10 @@ func ValidKeyPrefix(prefix string) error {
 // keyStore is an attached cluster's reach over the keys a run writes
 // under a prefix: counted before the run, deleted after it.
 type keyStore interface {
-	// countKeys counts the keys under prefix.
-	countKeys(ctx context.Context, prefix string) (int64, error)
+	// claimKeys makes prefix the run's: it fails with ErrPrefixInUse
+	// when keys are under it already, atomically where the store allows,
+	// so that two runs given one prefix cannot both start.
+	claimKeys(ctx context.Context, prefix string) error
 	// deleteKeys deletes every key under prefix, and what holds them
 	// where the store has to (ZooKeeper's parent znodes), and returns how
 	// many keys it deleted, parents apart.

@@ -374,14 +374,15 @@ func (r *Runner) cluster(ctx context.Context, be Backend, nodes int) (Cluster, e
 	return c, nil
 }
 
-// attach attaches to the cluster at Options.Endpoints and checks that the
-// run's key prefix holds no key yet: deleting what is under it after the
-// run must take nothing the run did not write.
+// attach attaches to the cluster at Options.Endpoints and claims the run's
+// key prefix, which must hold no key yet (kept keys or not): deleting what
+// is under it after the run must take nothing the run did not write, and
+// a kept run must not have written over another's keys.
 func (r *Runner) attach(ctx context.Context, be Backend) (Cluster, error) {
 	ao := r.opts.Attach
 	ao.Endpoints, ao.KeyPrefix = r.opts.Endpoints, r.opts.KeyPrefix
 	c, err := be.Attach(ctx, ao)
-	if err != nil || r.opts.KeepKeys {
+	if err != nil {
 		return c, err
 	}
 	ks, ok := c.(keyStore)
@@ -389,10 +390,10 @@ func (r *Runner) attach(ctx context.Context, be Backend) (Cluster, error) {
 		return c, nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, countTimeout)
-	n, err := ks.countKeys(cctx, r.opts.KeyPrefix)
+	err = ks.claimKeys(cctx, r.opts.KeyPrefix)
 	cancel()
-	if err == nil && n > 0 {
-		err = fmt.Errorf("%w: %q on %v (a run kept with --keep?); give another prefix, or keep the keys", ErrPrefixInUse, r.opts.KeyPrefix, r.opts.Endpoints)
+	if errors.Is(err, ErrPrefixInUse) {
+		err = fmt.Errorf("%w: %q on %v (a run kept with --keep, or another running?); give another prefix", ErrPrefixInUse, r.opts.KeyPrefix, r.opts.Endpoints)
 	}
 	if err != nil {
 		c.Close() // not cleaned up: what is there is not the run's to delete
@@ -408,7 +409,7 @@ type versionTeller interface {
 }
 
 // versionsTimeout bounds asking a cluster's servers their versions, and
-// countTimeout counting the keys under the prefix before a run.
+// countTimeout claiming the keys' prefix before a run.
 const (
 	versionsTimeout = 5 * time.Second
 	countTimeout    = 30 * time.Second

@@ -564,15 +564,20 @@ func keyZnodes(ctx context.Context, conn *zktest.Client, prefix string) ([]strin
 	return out, nil
 }
 
-// countKeys implements keyStore.
-func (c *zkCluster) countKeys(ctx context.Context, prefix string) (int64, error) {
+// claimKeys implements keyStore. Attach claimed the prefix already when
+// it created its innermost znode (makeParents); with the test bed's flat
+// naming, which has no parent to create, the root's children are counted.
+func (c *zkCluster) claimKeys(ctx context.Context, prefix string) error {
 	conn, err := c.adminConn(ctx)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer conn.Close()
 	keys, err := keyZnodes(ctx, conn, prefix)
-	return int64(len(keys)), err
+	if err == nil && len(keys) > 0 {
+		err = ErrPrefixInUse
+	}
+	return err
 }
 
 // zkDeleteBatch is how many znodes one Multi deletes: its request and
