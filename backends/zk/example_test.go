@@ -1,7 +1,6 @@
 package zk_test
 
 import (
-	"context"
 	"fmt"
 	"log"
 	"time"
@@ -9,34 +8,20 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	ozk "github.com/oproute/oproute/backends/zk"
-	"github.com/oproute/oproute/testbed"
 )
 
-// Example is the README's ZooKeeper snippet, run against a throw-away
-// 3-server ensemble on loopback. It returns its errors rather than
-// exiting, so that its deferred Closes always run.
+// Example is the README's ZooKeeper program. It is compiled here, not
+// run: the tools module runs it against a throw-away ensemble on loopback
+// (tools/backends/zk).
 func Example() {
-	if err := exampleZK(); err != nil {
-		fmt.Println(err)
-	}
-	// Output: ready
-}
-
-func exampleZK() error {
-	ensemble, err := testbed.StartZK(context.Background(), testbed.ZKOptions{})
-	if err != nil {
-		return err
-	}
-	defer ensemble.Close()
-	servers := ensemble.Endpoints()
-
+	servers := []string{"10.0.0.1:2181", "10.0.0.2:2181", "10.0.0.3:2181"}
 	// Without WithConnectTimeout, Connect returns at once and connects in
 	// the background, as zk.Connect does; with it, it waits until the
 	// servers are probed (the leader known), so that the first write goes
 	// to the leader.
-	conn, events, err := ozk.Connect(servers, 10*time.Second, ozk.WithConnectTimeout(5*time.Second), ozk.WithLogger(quiet{}))
+	conn, events, err := ozk.Connect(servers, 10*time.Second, ozk.WithConnectTimeout(5*time.Second))
 	if err != nil {
-		return err
+		log.Fatal(err)
 	}
 	defer conn.Close()
 	go func() {
@@ -49,16 +34,15 @@ func exampleZK() error {
 
 	acl := zk.WorldACL(zk.PermAll)
 	if _, err := conn.Create("/app", nil, 0, acl); err != nil && err != zk.ErrNodeExists { // to the leader
-		return err
+		log.Fatal(err)
 	}
 	node, err := conn.Create("/app/member-", []byte("ready"), zk.FlagEphemeralSequential, acl) // on the primary session
 	if err != nil {
-		return err
+		log.Fatal(err)
 	}
 	data, _, err := conn.Get(node) // sync + read, spread over the healthy servers
 	if err != nil {
-		return err
+		log.Fatal(err)
 	}
 	fmt.Println(string(data))
-	return nil
 }

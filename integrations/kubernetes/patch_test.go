@@ -76,7 +76,7 @@ func TestAPIServerPatch(t *testing.T) {
 		}
 	}
 	run(t, mod, nil, gobin, "mod", "edit", "-module=patchtest",
-		"-replace=k8s.io/apiserver="+apiserver, "-replace=github.com/oproute/oproute="+root)
+		"-replace=k8s.io/apiserver="+apiserver, "-replace=github.com/oproute/oproute="+root, "-replace=github.com/oproute/oproute/tools="+filepath.Join(root, "tools"))
 
 	const pkg = "k8s.io/apiserver/pkg/storage/storagebackend/factory"
 	// TestTimeTravelHealthcheck replaces the constructor, so it never

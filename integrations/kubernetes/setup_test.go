@@ -36,7 +36,7 @@ import (
 	"k8s.io/utils/clock"
 
 	okube "github.com/oproute/oproute/integrations/kubernetes"
-	"github.com/oproute/oproute/testbed"
+	"github.com/oproute/oproute/tools/testbed"
 )
 
 // The client under test and the leader-move mode. Flags go after -args

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/oproute/oproute/internal/testutil"
-	"github.com/oproute/oproute/testbed"
+	"github.com/oproute/oproute/tools/testbed"
 )
 
 // What the shared suite's routing is judged by, per member, from its own

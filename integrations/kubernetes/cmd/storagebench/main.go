@@ -28,8 +28,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/oproute/oproute/bench"
-	"github.com/oproute/oproute/testbed"
+	"github.com/oproute/oproute/tools/bench"
+	"github.com/oproute/oproute/tools/testbed"
 )
 
 func main() {

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oproute/oproute/bench"
+	"github.com/oproute/oproute/tools/bench"
 )
 
 // TestStorageBench runs the benchmark briefly (one trial of each mix, stock

@@ -26,10 +26,10 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/oproute/oproute/backends/etcd"
-	"github.com/oproute/oproute/bench"
 	okube "github.com/oproute/oproute/integrations/kubernetes"
 	"github.com/oproute/oproute/router"
-	"github.com/oproute/oproute/testbed"
+	"github.com/oproute/oproute/tools/bench"
+	"github.com/oproute/oproute/tools/testbed"
 )
 
 // The example API group of k8s.io/apiserver, stored as kube-apiserver
