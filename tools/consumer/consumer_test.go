@@ -116,8 +116,13 @@ func TestOutsideConsumer(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(mod, "go.mod"), []byte("module example.com/service\n\ngo 1.26.0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod",
-		"GOPROXY=file://"+filepath.ToSlash(proxy)+","+goenv(t, gobin, "GOPROXY"),
+	// A module cache of the test's own, so that the tree packed under one
+	// version is never taken from an earlier run's; the machine's cache
+	// serves the other modules as a file proxy would, and the module
+	// proxy what it lacks.
+	cache := goenv(t, gobin, "GOMODCACHE")
+	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod -modcacherw", "GOMODCACHE="+t.TempDir(),
+		"GOPROXY=file://"+filepath.ToSlash(proxy)+",file://"+filepath.ToSlash(filepath.Join(cache, "cache", "download"))+","+goenv(t, gobin, "GOPROXY"),
 		"GONOSUMDB="+sdk.Path, "GOPRIVATE=")
 	run := func(args ...string) string {
 		cmd := exec.Command(gobin, args...)
