@@ -1,13 +1,17 @@
 package etcd
 
-import "github.com/oproute/oproute/internal/testhooks"
+import (
+	"fmt"
+
+	"github.com/oproute/oproute/internal/testhooks"
+)
 
 func init() {
-	testhooks.EtcdWaitingWrites = func(c any) int { return int(c.(*Client).entry.Load().leader.waiters.Load()) }
-	testhooks.EtcdLeaderReachable = func(c any) bool { return c.(*Client).entry.Load().leaderReachable() }
+	testhooks.EtcdWaitingWrites = func(c any) int { return int(hooked(c).entry.Load().leader.waiters.Load()) }
+	testhooks.EtcdLeaderReachable = func(c any) bool { return hooked(c).entry.Load().leaderReachable() }
 	testhooks.EtcdEnded = func(c any) bool {
 		select {
-		case <-c.(*Client).ended:
+		case <-hooked(c).ended:
 			return true
 		default:
 			return false
@@ -21,4 +25,13 @@ func init() {
 		}
 		return out
 	}
+}
+
+// hooked is a hook's client, which must be this package's.
+func hooked(c any) *Client {
+	cli, ok := c.(*Client)
+	if !ok {
+		panic(fmt.Sprintf("testhooks: %T is not an *etcd.Client", c))
+	}
+	return cli
 }

@@ -120,7 +120,7 @@ type ClientCutter interface {
 // (hybrid's spread, round_robin, sticky, hedging, P2C): hybrid when unset,
 // or least_cost. The full tier runs hybrid;
 //
-//	OPROUTE_CONFORMANCE_POLICY=least_cost go test -run TestConformance ./backends/...
+//	OPROUTE_CONFORMANCE_POLICY=least_cost go test -run TestConformance ./tools/backends/...
 //
 // runs the rest under least_cost.
 const PolicyEnv = "OPROUTE_CONFORMANCE_POLICY"

@@ -20,7 +20,7 @@ import (
 	"github.com/oproute/oproute/internal/testutil"
 )
 
-// sdk is the SDK as this tree has it, under a version that sorts below
+// sdk is the SDK at this clone's HEAD, under a version that sorts below
 // every release: what the test packs and gets.
 var sdk = module.Version{Path: "github.com/oproute/oproute", Version: "v0.0.0-tree"}
 
@@ -56,8 +56,8 @@ func TestSDKModuleIsLean(t *testing.T) {
 	}
 }
 
-// TestOutsideConsumer packs the SDK into a file-based module proxy, as a
-// release would be served, and in a fresh module outside the repository
+// TestOutsideConsumer packs the SDK at HEAD into a file-based module proxy,
+// as a release would be served, and in a fresh module outside the repository
 // and any workspace gets it, builds the README's two programs and lists
 // its module graph: no heavy module in it.
 func TestOutsideConsumer(t *testing.T) {
@@ -77,7 +77,9 @@ func TestOutsideConsumer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := zip.CreateFromDir(zf, sdk, "../.."); err != nil {
+	// From git, as a release is made: the committed tree, not files other
+	// tests make and remove meanwhile (internal/readme's snippets).
+	if err := zip.CreateFromVCS(zf, sdk, "../..", "HEAD", ""); err != nil {
 		zf.Close()
 		t.Fatalf("packing the SDK: %v", err)
 	}

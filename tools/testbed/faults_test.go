@@ -32,7 +32,13 @@ func hostPort(t *testing.T, endpoint string) string {
 	return u.Host
 }
 
-// expectReset expects connection c to be reset (or shut) within 200 ms,
+// resetWithin bounds how long a reset takes to reach a connection: it
+// comes at once, through a control round trip to the proxy's host, which
+// a starved machine can stretch to tens of milliseconds; a reset left for
+// the connection's next write never comes to an idle one.
+const resetWithin = 2 * time.Second
+
+// expectReset expects connection c to be reset (or shut) within resetWithin,
 // after writing to it if write, and returns how long that took.
 func expectReset(t *testing.T, what string, c net.Conn, write bool) time.Duration {
 	t.Helper()
@@ -43,11 +49,11 @@ func expectReset(t *testing.T, what string, c net.Conn, write bool) time.Duratio
 			return time.Since(start) // the reset came back already
 		}
 	}
-	c.SetReadDeadline(start.Add(200 * time.Millisecond))
+	c.SetReadDeadline(start.Add(resetWithin))
 	_, err := c.Read(make([]byte, 64))
 	var ne net.Error
 	if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
-		t.Fatalf("%s: read after writing: %v; want a reset within 200 ms", what, err)
+		t.Fatalf("%s: read after writing: %v; want a reset within %v", what, err, resetWithin)
 	}
 	d := time.Since(start)
 	t.Logf("%s: %v after %v", what, err, d)
@@ -55,7 +61,7 @@ func expectReset(t *testing.T, what string, c net.Conn, write bool) time.Duratio
 }
 
 // expectNewReset opens a connection to addr, writes to it and expects it
-// to be reset within 200 ms. The reset may come before the dial returns:
+// to be reset within resetWithin. The reset may come before the dial returns:
 // the proxy accepts and resets at once.
 func expectNewReset(t *testing.T, addr string) {
 	t.Helper()
@@ -227,7 +233,8 @@ func checkPeerDelay(t *testing.T, c testbed.Faults, f1, f2 int, write, localRead
 	// A rise of 2d against d for a delay applied one way only, which the
 	// bound below must tell apart through a loaded machine's scheduling
 	// noise: at d = 5 ms, with one core kept busy, ZooKeeper's 10 ms rise
-	// was once measured as 6.8 ms (lower fifths 8.1 → 15.0 ms).
+	// was once measured as 6.8 ms (lower fifths 8.1 → 15.0 ms), so the
+	// rise is no bound; the slow writes' floor is.
 	const d = 10 * time.Millisecond
 	var baseWrites, baseReads, slowWrites, slowReads []time.Duration
 	for range 3 {
@@ -246,8 +253,13 @@ func checkPeerDelay(t *testing.T, c testbed.Faults, f1, f2 int, write, localRead
 	t.Logf("leader write %v → %v, follower local read %v → %v (lower fifths; medians %v → %v and %v → %v) with followers' peer links +%v each way",
 		baseWrite, slowWrite, baseRead, slowRead, testutil.Quantile(baseWrites, 0.5), testutil.Quantile(slowWrites, 0.5),
 		testutil.Quantile(baseReads, 0.5), testutil.Quantile(slowReads, 0.5), d)
-	if rise := slowWrite - baseWrite; rise < 3*d/2 || rise > 4*d {
-		t.Errorf("leader write rose by %v, want about %v", rise, 2*d)
+	// A commit waits for a follower's answer across its delayed link both
+	// ways: no write can take under 2d, however the machine schedules
+	// (the proxies never deliver early), while a delay applied one way
+	// only gives about d plus the base. The rise's ceiling catches a delay
+	// applied more than once.
+	if slowWrite < 2*d || slowWrite-baseWrite > 4*d {
+		t.Errorf("leader write %v → %v (lower fifths), want at least %v and a rise of about %v", baseWrite, slowWrite, 2*d, 2*d)
 	}
 	if rise := slowRead - baseRead; rise > d/2 {
 		t.Errorf("follower's client round trip rose by %v: the client link was delayed", rise)
@@ -317,15 +329,15 @@ func TestEtcdResetClients(t *testing.T) {
 }
 
 // resetClientsOn turns ResetClients on for member f and checks that the
-// connection open before is reset within 200 ms without writing, and that
-// a new connection to shaped is reset at once.
+// connection open before is reset within resetWithin without writing, and
+// that a new connection to shaped is reset too.
 func resetClientsOn(t *testing.T, c testbed.Faults, f int, shaped string, open net.Conn) {
 	t.Helper()
 	on := time.Now()
 	c.ResetClients(f, true)
 	expectReset(t, "idle connection open before", open, false)
-	if d := time.Since(on); d > 200*time.Millisecond {
-		t.Errorf("idle connection reset %v after the knob, want within 200ms", d)
+	if d := time.Since(on); d > resetWithin {
+		t.Errorf("idle connection reset %v after the knob, want within %v", d, resetWithin)
 	} else {
 		t.Logf("idle connection reset within %v of turning the knob on", d)
 	}

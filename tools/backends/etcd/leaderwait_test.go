@@ -23,9 +23,11 @@ import (
 func TestWritesWaitOutAnElection(t *testing.T) {
 	// killNoticed: the member's sockets close with its process, our proxy
 	// then resets the client's connection, and the client's transport
-	// reads the reset; on a loaded machine that takes a scheduling slice
-	// or two.
-	const killNoticed = 100 * time.Millisecond
+	// reads the reset: wake-ups in three processes, which a starved
+	// machine can stretch to a few scheduling slices each. The election
+	// takes 1 s or more, so a write sent to a follower after the kill
+	// still starts well past this.
+	const killNoticed = 300 * time.Millisecond
 	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
 	cli := newClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -26,7 +26,7 @@ import (
 // -benchmem gives allocations and bytes per RPC exactly. Trials alternate
 // the clients so that drift hits all of them:
 //
-//	go test -run '^$' -bench BenchmarkStockVsRouted -benchmem -benchtime 2000x ./backends/etcd
+//	go test -run '^$' -bench BenchmarkStockVsRouted -benchmem -benchtime 2000x ./tools/backends/etcd
 func BenchmarkStockVsRouted(b *testing.B) {
 	c := testbed.StartEtcdT(b, testbed.EtcdOptions{Topology: testbed.FlatTopology(3)})
 	eps := c.DirectEndpoints()

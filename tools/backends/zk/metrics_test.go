@@ -3,7 +3,6 @@ package zk_test
 import (
 	"context"
 	"log/slog"
-	"math"
 	"sync"
 	"testing"
 	"time"
@@ -82,6 +81,7 @@ func TestMetricsAndEventsOnAnEnsemble(t *testing.T) {
 	}
 	eps := c.Endpoints()
 	_, reads0 := requests(t, c)
+	start := time.Now()
 	const n = 300
 	for range n {
 		if _, _, err := conn.GetContext(ctx, "/m"); err != nil {
@@ -89,13 +89,17 @@ func TestMetricsAndEventsOnAnEnsemble(t *testing.T) {
 		}
 	}
 	_, reads1 := requests(t, c)
+	// mntr counts the sessions' pings as reads too, one a session every
+	// third of its timeout, whatever the traffic: a server may have served
+	// more than was routed to it, by a ping a second at most.
+	pings := 1 + time.Since(start).Seconds()
 	for i, ep := range eps {
 		routed := conformance.Metric(t, reg, "oproute_operations_total", "member", ep, "class", "linearizable_read", "outcome", "ok")
 		// mntr counts a linearizable read's sync as a read too.
 		served := float64(reads1[i]-reads0[i]) / 2
 		t.Logf("z%d: %v reads in the metrics, %v (sync+read pairs) served by its mntr", i, routed, served)
-		if math.Abs(routed-served) > 1 {
-			t.Errorf("z%d: metrics say %v reads, the server served %v", i, routed, served)
+		if served < routed-0.5 || served > routed+pings {
+			t.Errorf("z%d: metrics say %v reads, the server served %v (sync+read pairs), want between those and %.1f more for pings", i, routed, served, pings)
 		}
 	}
 
