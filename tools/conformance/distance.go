@@ -127,7 +127,14 @@ func testFarMemberKept(t *testing.T, h Harness, c Cluster, window time.Duration)
 
 // testDegradedFar degrades the far follower (zone b in the default
 // topology) under the same busy load: out of the pool within 2 s, under
-// 2 % of reads by its own count after, back after the heal.
+// 2 % of reads by its own count after, back after the heal. The delay is
+// sized from the load: at least 8 ms each way, and at least the members'
+// median read estimate, so that the member's reads go well over the line
+// (twice the median) at once, however far the load has raised the median,
+// and the three rounds over it that eject have the 2 s: with a fixed
+// 8 ms, the member's estimate climbed over the line too late in two runs
+// of nine at saturation (at the deadline 76 and 139 ms against lines of
+// 40 and 117).
 func testDegradedFar(t *testing.T, h Harness) {
 	testutil.HoldCores(t)
 	policy := suitePolicy()
@@ -136,7 +143,12 @@ func testDegradedFar(t *testing.T, h Harness) {
 	testutil.Poll(t, 10*time.Second, "reads reach the far member", func() bool { return cli.Stats().Members[far].Reads() > 100 })
 	before := windowShare(cli, far, 500*time.Millisecond)
 
-	c.Degrade(far, 8*time.Millisecond, 2*time.Millisecond)
+	st := cli.Stats().Members
+	lats := []time.Duration{st[0].ReadLatency, st[1].ReadLatency, st[2].ReadLatency}
+	slices.Sort(lats)
+	delay := max(8*time.Millisecond, lats[1])
+	t.Logf("read estimates %v, %v, %v: the far member's links +%v each way", st[0].ReadLatency, st[1].ReadLatency, st[2].ReadLatency, delay)
+	c.Degrade(far, delay, 2*time.Millisecond)
 	took := testutil.PollWhy(t, 2*time.Second, fmt.Sprintf("degraded far member m%d ejected", far), func() (bool, string) {
 		st := cli.Stats().Members
 		return st[far].Ejected, fmt.Sprintf("%+v", st)
