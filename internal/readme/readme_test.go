@@ -6,19 +6,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"testing"
+
+	"github.com/oproute/oproute/internal/testutil"
 )
 
 // TestSnippetsBuild vets every complete program (a ```go block starting
 // with "package main") in README.md, in a directory of this module that
 // the go command's ./... skips (its name starts with "_"), removed after.
 func TestSnippetsBuild(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	blocks, err := testutil.READMEPrograms("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := regexp.MustCompile("(?s)```go\n(package main\n.*?)```").FindAllSubmatch(readme, -1)
 	// Left over by a run that was killed mid-way.
 	stale, _ := filepath.Glob("_snippet*")
 	for _, dir := range stale {
@@ -33,7 +33,7 @@ func TestSnippetsBuild(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer os.RemoveAll(dir)
-		if err := os.WriteFile(filepath.Join(dir, "main.go"), b[1], 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, "main.go"), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		out, err := exec.Command("go", "vet", "./"+dir).CombinedOutput()

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -103,11 +102,10 @@ func TestOutsideConsumer(t *testing.T) {
 		}
 	}
 
-	readme, err := os.ReadFile("../../README.md")
+	programs, err := testutil.READMEPrograms("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	programs := regexp.MustCompile("(?s)```go\n(package main\n.*?)```").FindAllSubmatch(readme, -1)
 	if len(programs) < 2 {
 		t.Fatalf("%d programs in README.md, want the etcd and ZooKeeper ones", len(programs))
 	}
@@ -117,7 +115,7 @@ func TestOutsideConsumer(t *testing.T) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(d, "main.go"), p[1], 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(d, "main.go"), p, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
