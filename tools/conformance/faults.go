@@ -488,7 +488,8 @@ type MaintenanceClient interface {
 }
 
 // testMaintenance: long member-local calls (defragment, snapshot) are no
-// latency samples: the member stays in the pool.
+// latency samples: the member is benched while it defragments and never
+// ejected on the reads the calls held.
 func testMaintenance(t *testing.T, h Harness) {
 	skipWithout[MaintenanceClient](t, h, "backend has no maintenance calls")
 	// Its own cluster: a defragmentation takes as long as the store is
@@ -506,6 +507,30 @@ func testMaintenance(t *testing.T, h Harness) {
 	seedKeys(t, cli, "maint")
 	startReads(t, cli, 4, time.Second, 0, "maint")
 	testutil.Poll(t, 10*time.Second, "reads reach the member", func() bool { return cli.Stats().Members[target].Reads() > 50 })
+	// What the calls may not do is leave evidence of their own: reads
+	// held behind a defragmentation are the maintenance, not the member's
+	// health, so it never leaves the pool on its reads (latency or
+	// failures). Its probes still judge it between the calls: a member
+	// streaming a snapshot on its share of two cores can answer them
+	// slowly, and an ejection on that is the probes' verdict, bounded by
+	// its readmission once the calls end.
+	reasons := map[string]int{}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var watched sync.WaitGroup
+	watched.Go(func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if m := cli.Stats().Members[target]; m.Ejected {
+				reasons[m.OutReason]++
+			}
+			select {
+			case <-tick.C:
+			case <-watchCtx.Done():
+				return
+			}
+		}
+	})
 	var longest time.Duration
 	for range 5 {
 		for _, call := range []func(context.Context, int) error{mc.Defragment, mc.Snapshot} {
@@ -514,16 +539,31 @@ func testMaintenance(t *testing.T, h Harness) {
 			err := call(cctx, target)
 			cancel()
 			if err != nil {
+				stopWatch()
+				watched.Wait()
 				t.Fatal(err)
 			}
 			longest = max(longest, time.Since(start))
 		}
 	}
-	time.Sleep(600 * time.Millisecond) // two probe rounds: a window for any sample the calls left to be judged
+	// Ejected on its probes, a member stays out for up to MaxEjection
+	// (30 s by default) when ejections follow each other.
+	back := testutil.PollWhy(t, 35*time.Second, "the member back in the read pool after the calls", func() (bool, string) {
+		m := cli.Stats().Members[target]
+		return !m.Ejected, m.OutReason
+	})
+	stopWatch()
+	watched.Wait()
 	m := cli.Stats().Members[target]
-	t.Logf("longest maintenance call %v; member read EWMA %v, ejected %v (%s)", longest, m.ReadLatency, m.Ejected, m.OutReason)
-	if m.Ejected || m.Ejections > 0 {
-		t.Fatalf("maintenance calls ejected the member: %+v", m)
+	t.Logf("longest maintenance call %v; member read EWMA %v; out of the pool (20 ms polls, by reason) %v, ejections %d, probe failures %d; in the pool %v after the calls",
+		longest, m.ReadLatency, reasons, m.Ejections, m.ProbeFailures, back.Round(time.Millisecond))
+	// The five defragmentations bench the member for hundreds of
+	// milliseconds in all (9–14 of the 20 ms polls saw it, unloaded).
+	if reasons["maintenance"] == 0 {
+		t.Fatalf("the member was never out for maintenance during 5 defragmentations: the backend did not mark them (seen: %v)", reasons)
+	}
+	if n := reasons["latency"] + reasons["failures"]; n > 0 {
+		t.Fatalf("the member left the pool on reads the maintenance held (%v): %+v", reasons, m)
 	}
 }
 
