@@ -182,6 +182,23 @@ func Run(t *testing.T, h Harness) {
 	property(t, "BadInput", func(t *testing.T) { testBadInput(t, h) })
 }
 
+// RunRouting runs the properties about where operations go, against h: a
+// server of another version (the compatibility matrix) keeps these
+// promises as the one the suite is built for does: writes at the leader
+// and reads spread, read-only Txns read, the leader followed when it moves
+// and when it dies,
+// a degraded member out of the read pool and back, a partitioned one
+// routed around (its probes answered, its reads not).
+func RunRouting(t *testing.T, h Harness) {
+	share(t, h)
+	property(t, "HybridWritesToLeaderReadsSpread", func(t *testing.T) { testHybridRouting(t, h) })
+	property(t, "TxnClassifiedByContent", func(t *testing.T) { testTxn(t, h) })
+	property(t, "LeaderMovedUnderLoad", func(t *testing.T) { testLeaderChange(t, h, false) })
+	property(t, "LeaderKilledUnderLoad", func(t *testing.T) { testLeaderChange(t, h, true) })
+	property(t, "DegradedMemberLeavesAndRejoins", func(t *testing.T) { testDegraded(t, h, router.Hybrid) })
+	property(t, "Faults/PartitionedFromPeers", func(t *testing.T) { testPartitioned(t, h) })
+}
+
 // PropertyBudget bounds one property: one that runs longer fails with every
 // goroutine's stack instead of holding the test binary until its timeout.
 const PropertyBudget = 5 * time.Minute

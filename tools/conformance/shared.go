@@ -29,10 +29,14 @@ type sharedCluster struct {
 // share makes h's shareable properties share one cluster for the rest of
 // t, started when the first of them needs it.
 func share(t *testing.T, h Harness) {
-	key := fmt.Sprintf("%T", h)
+	key := sharedKey(h)
 	sharedClusters.Store(key, &sharedCluster{owner: t})
 	t.Cleanup(func() { sharedClusters.Delete(key) })
 }
+
+// sharedKey names h's shared cluster: its type and its settings (an etcd
+// harness's server of another version).
+func sharedKey(h Harness) string { return fmt.Sprintf("%T %+v", h, h) }
 
 // healBound is how long a heal may take: on ZooKeeper, moving leadership
 // back restarts servers until the right one wins (see electionBound).
@@ -44,7 +48,7 @@ const healBound = 2 * electionBound
 // does not heal is closed and a new one started.
 func healed(t *testing.T, h Harness) Cluster {
 	t.Helper()
-	v, ok := sharedClusters.Load(fmt.Sprintf("%T", h))
+	v, ok := sharedClusters.Load(sharedKey(h))
 	if !ok {
 		return fresh(t, h)
 	}

@@ -91,7 +91,7 @@ func memberBinary(ctx context.Context, dir string) (string, error) {
 		os.Remove(out)
 		return "", fmt.Errorf("testbed: building the member binary: %w\n%s", err, b)
 	}
-	path, err := inMemory(out)
+	path, err := inMemory(out, "oproute-etcdmember")
 	if err != nil {
 		return "", err
 	}
@@ -104,21 +104,27 @@ const memberBuildTimeout = 10 * time.Minute
 
 var memberBuild struct {
 	mu   sync.Mutex
-	path string   // once built
-	mem  *os.File // the memory file path executes
+	path string // once built
 }
 
-// inMemory moves the executable at path into an anonymous memory file and
-// returns a path that executes it (/proc/<pid>/fd/<n>, valid while this
-// process lives): nothing is left on disk when the process ends, however
-// it ends.
-func inMemory(path string) (string, error) {
-	fd, err := unix.MemfdCreate("oproute-etcdmember", 0)
+// inMemoryFiles are the memory files the paths inMemory returned execute:
+// open for the life of the process.
+var inMemoryFiles struct {
+	mu    sync.Mutex
+	files []*os.File
+}
+
+// inMemory moves the executable at path into an anonymous memory file
+// named name and returns a path that executes it (/proc/<pid>/fd/<n>,
+// valid while this process lives): nothing is left on disk when the
+// process ends, however it ends.
+func inMemory(path, name string) (string, error) {
+	fd, err := unix.MemfdCreate(name, 0)
 	if err != nil {
 		return path, nil // no memfd: run it from disk; the sweep removes it later
 	}
 	defer os.Remove(path)
-	mem := os.NewFile(uintptr(fd), "oproute-etcdmember")
+	mem := os.NewFile(uintptr(fd), name)
 	src, err := os.Open(path)
 	if err != nil {
 		mem.Close()
@@ -129,7 +135,9 @@ func inMemory(path string) (string, error) {
 		mem.Close()
 		return "", fmt.Errorf("testbed: copying the member binary: %w", err)
 	}
-	memberBuild.mem = mem // kept open for the life of the process
+	inMemoryFiles.mu.Lock()
+	inMemoryFiles.files = append(inMemoryFiles.files, mem) // kept open for the life of the process
+	inMemoryFiles.mu.Unlock()
 	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd), nil
 }
 
@@ -142,7 +150,10 @@ const memberBinaryPrefix = "oproute-etcdmember-"
 func sweepMemberBinaries() {
 	old, _ := filepath.Glob(filepath.Join(os.TempDir(), memberBinaryPrefix+"*"))
 	for _, path := range old {
-		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(path), memberBinaryPrefix))
+		// The process ID, then for an etcd server of another version
+		// (EtcdServer) "-etcd-VERSION".
+		rest, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(path), memberBinaryPrefix), "-")
+		pid, err := strconv.Atoi(rest)
 		if err != nil || pid <= 0 || pid == os.Getpid() {
 			continue
 		}

@@ -35,6 +35,11 @@ type EtcdOptions struct {
 	// CPUBudgets confine members to a share of the CPU; the zero value
 	// leaves them sharing the host's cores.
 	CPUBudgets
+	// Server runs the members as this etcd server binary (EtcdServer
+	// builds one of another version) rather than as the test bed's own,
+	// with their proxies apart (CPUBudgets.ProxiesApart). Empty: the
+	// server/v3 the tools module requires.
+	Server string
 }
 
 // EtcdCluster is a running test-bed etcd cluster.
@@ -45,6 +50,8 @@ type EtcdCluster struct {
 	members []*EtcdMember
 
 	cluster // network, fault knobs
+
+	server string // EtcdOptions.Server
 
 	mu     sync.Mutex
 	admins map[int]*clientv3.Client
@@ -75,7 +82,10 @@ func startEtcd(ctx context.Context, opts EtcdOptions) (_ *EtcdCluster, err error
 	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
 	defer cancel()
 
-	c := &EtcdCluster{topo: opts.Topology, token: fmt.Sprintf("oproute-%d", rand.Uint64()), admins: map[int]*clientv3.Client{}}
+	if opts.Server != "" {
+		opts.ProxiesApart = true // the server's process runs nothing of the test bed's
+	}
+	c := &EtcdCluster{topo: opts.Topology, token: fmt.Sprintf("oproute-%d", rand.Uint64()), admins: map[int]*clientv3.Client{}, server: opts.Server}
 	track(c)
 	c.net = &netState{Topo: opts.Topology, Extra: make([]linkExtra, len(opts.Topology.Zones)), IDs: map[string]int{}}
 	c.cpu = memberLimits{budgets: opts.CPUBudgets, initial: len(opts.Topology.Zones), prefix: "oproute-" + c.token}
@@ -172,6 +182,10 @@ func (c *EtcdCluster) launch(m *EtcdMember) error {
 		}
 		cmd := exec.Command(c.bin)
 		cmd.Env = c.cpu.goEnv(m.Index, append(os.Environ(), memberEnv+"="+string(spec)))
+		if c.server != "" {
+			cmd = exec.Command(c.server, serverFlags(m.spec)...)
+			cmd.Env = c.cpu.goEnv(m.Index, serverEnv())
+		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		p, err := startChild(cmd, c.logPath(m))
 		if err != nil {
@@ -182,6 +196,9 @@ func (c *EtcdCluster) launch(m *EtcdMember) error {
 			return err
 		}
 		m.started(p)
+		if c.server != "" {
+			awaitServerHealth(p, c.http, m.spec.ListenClient)
+		}
 		if !m.spec.ProxiesApart {
 			m.controlledBy(p) // the member hosts its own proxies: one process for both
 		}

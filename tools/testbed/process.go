@@ -28,10 +28,11 @@ type process struct {
 	exited chan struct{}
 
 	// The control side, nil for a process that takes no control lines.
-	stdin   io.WriteCloser
-	ready   chan struct{}
-	askMu   sync.Mutex    // orders lines written with the answers awaited
-	waiters []chan string // one per line written and not yet answered
+	stdin     io.WriteCloser
+	ready     chan struct{}
+	readyOnce sync.Once     // the ready line, or a server's own readiness (an etcd of another version)
+	askMu     sync.Mutex    // orders lines written with the answers awaited
+	waiters   []chan string // one per line written and not yet answered
 }
 
 func (p *process) running() bool {
@@ -92,6 +93,9 @@ func (p *process) ask(msg control, timeout time.Duration, frozen <-chan struct{}
 	}
 }
 
+// markReady says the process serves.
+func (p *process) markReady() { p.readyOnce.Do(func() { close(p.ready) }) }
+
 // answered hands an answer line to the oldest waiting question.
 func (p *process) answered(line string) {
 	p.askMu.Lock()
@@ -130,7 +134,7 @@ func startChild(cmd *exec.Cmd, logPath string) (*process, error) {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if sc.Text() == readyLine {
-				close(p.ready)
+				p.markReady()
 				continue
 			}
 			p.answered(sc.Text())

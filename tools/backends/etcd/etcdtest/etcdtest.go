@@ -39,16 +39,45 @@ var (
 )
 
 // Harness starts test-bed etcd clusters and connects routed clients.
-type Harness struct{}
+type Harness struct {
+	// Server is testbed.EtcdOptions.Server: an etcd server of another
+	// version (testbed.EtcdServer) for the clusters' members.
+	Server string
+}
 
 // NewCluster starts size members on the default topology, closed when t ends.
-func (Harness) NewCluster(t testing.TB, size int) conformance.Cluster {
-	return Cluster{testbed.StartEtcdT(t, testbed.EtcdOptions{Topology: testbed.DefaultTopology(size)})}
+func (h Harness) NewCluster(t testing.TB, size int) conformance.Cluster {
+	return h.started(t, testbed.StartEtcdT(t, testbed.EtcdOptions{Topology: testbed.DefaultTopology(size), Server: h.Server}))
 }
 
 // NewClusterOn starts a cluster on topo, closed when t ends.
-func (Harness) NewClusterOn(t *testing.T, topo testbed.Topology) conformance.Cluster {
-	return Cluster{testbed.StartEtcdT(t, testbed.EtcdOptions{Topology: topo})}
+func (h Harness) NewClusterOn(t *testing.T, topo testbed.Topology) conformance.Cluster {
+	return h.started(t, testbed.StartEtcdT(t, testbed.EtcdOptions{Topology: topo, Server: h.Server}))
+}
+
+// started checks, from the server side, that a cluster of another
+// server's members runs it: each member's Status reports its version.
+func (h Harness) started(t testing.TB, c *testbed.EtcdCluster) Cluster {
+	t.Helper()
+	if h.Server == "" {
+		return Cluster{c}
+	}
+	want, err := testbed.EtcdServerVersion(h.Server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.Size() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := c.Status(ctx, i)
+		cancel()
+		if err != nil {
+			t.Fatalf("member %d's status: %v", i, err)
+		}
+		if st.Version != want {
+			t.Fatalf("member %d runs etcd %s, want %s", i, st.Version, want)
+		}
+	}
+	return Cluster{c}
 }
 
 // Connect returns a routed client with the named policy.
