@@ -21,7 +21,7 @@ type cadence struct {
 	settled   atomic.Bool
 	evidence  atomic.Bool   // something seen since the last round calls for probes
 	knownTerm atomic.Uint64 // the leader's term by the last probe round
-	termSeen  atomic.Uint64 // the newest term ObserveTerm was told of
+	termSeen  atomic.Uint64 // the newest term Backend.ObserveTerm was told of
 }
 
 // round is one turn of the background loop: a probe round when one is due
@@ -77,24 +77,14 @@ func (r *Router) settledSkip() []bool {
 	return skip
 }
 
-// Unsettle tells the router of evidence that leadership or a member's
-// health may have changed (a connection to a member broke, a session was
-// lost): it probes at once, and at ProbeInterval until settled again.
-func (r *Router) Unsettle() {
+// unsettle is Backend.Unsettle.
+func (r *Router) unsettle() {
 	r.evidence.Store(true)
 	r.Refresh()
 }
 
-// Unanswered tells the router that member idx left a request of the
-// backend's own unanswered (a ping on a silent watch stream or session): a
-// frozen member fails nothing, it only stays silent. It counts as one
-// failed probe, never alone enough to make the member unreachable, and the
-// router probes at once: a member that fails that probe too is
-// unreachable one probe timeout later (with the default UnreachableAfter,
-// 2, instead of two); one that answers is back to no failures, and so is
-// one whose probe in a round already under way succeeded. An index out of
-// range or retired is ignored.
-func (r *Router) Unanswered(idx int) {
+// unanswered is Backend.Unanswered.
+func (r *Router) unanswered(idx int) {
 	r.mu.Lock()
 	ro := r.roster()
 	if idx >= 0 && idx < len(ro.members) && !ro.retired[idx] {
@@ -103,21 +93,19 @@ func (r *Router) Unanswered(idx int) {
 		}
 	}
 	r.mu.Unlock()
-	r.Unsettle()
+	r.unsettle()
 }
 
-// unsettleIfSettled is Unsettle for the hot path: it costs one atomic load
+// unsettleIfSettled is unsettle for the hot path: it costs one atomic load
 // unless the router is settled.
 func (r *Router) unsettleIfSettled() {
 	if r.settled.Load() {
-		r.Unsettle()
+		r.unsettle()
 	}
 }
 
-// ObserveTerm reports the leadership term (Raft term, ZAB epoch) that a
-// response carried. A term newer than the probes have shown means the
-// leader may have changed: the router probes at once (once per new term).
-func (r *Router) ObserveTerm(term uint64) {
+// observeTerm is Backend.ObserveTerm.
+func (r *Router) observeTerm(term uint64) {
 	if term <= r.knownTerm.Load() {
 		return
 	}
@@ -130,7 +118,7 @@ func (r *Router) ObserveTerm(term uint64) {
 			break
 		}
 	}
-	r.Unsettle()
+	r.unsettle()
 }
 
 // settleLocked updates the cadence after a round that built next. Caller

@@ -164,14 +164,14 @@ func TestEvidenceUnsettles(t *testing.T) {
 			p, _ := tr.Pick(context.Background(), Write)
 			p.Done(MemberFault)
 		}},
-		{"newer term", func(tr testRouter) { tr.ObserveTerm(2) }},
-		{"Unsettle", func(tr testRouter) { tr.Unsettle() }},
+		{"newer term", func(tr testRouter) { tr.observeTerm(2) }},
+		{"Unsettle", func(tr testRouter) { tr.unsettle() }},
 		{"membership change", func(tr testRouter) {
 			if err := tr.SetMembers(members(4)); err != nil {
 				panic(err)
 			}
 		}},
-		{"maintenance", func(tr testRouter) { tr.Busy(1) }},
+		{"maintenance", func(tr testRouter) { tr.markBusy(1) }},
 		{"write cut by its caller", func(tr testRouter) {
 			p, _ := tr.Pick(context.Background(), Write)
 			p.Done(CallerGaveUp)
@@ -199,7 +199,7 @@ func TestEvidenceUnsettles(t *testing.T) {
 func TestNoEvidenceKeepsCadence(t *testing.T) {
 	tr := newCadenceRouter(t)
 	tr.settle(t)
-	tr.ObserveTerm(1) // the term the probes know
+	tr.observeTerm(1) // the term the probes know
 	p, _ := tr.Pick(context.Background(), LinearizableRead)
 	p.Done(OK)
 	p, _ = tr.Pick(context.Background(), Write)

@@ -22,8 +22,11 @@
 // WithHedging: etcd's add what its streams need); they never hold a
 // *Router.
 // The *Router and its methods (Pick, Member, Refresh, SetMembers,
-// WaitProbed, Unanswered, Round and the rest) are the API for a backend's
-// author, who wires a store's client to it.
+// WaitProbed, Round and the rest) are the API for a backend's author, who
+// wires a store's client to it; what only the code that sends the
+// operations tells the router or asks of it (a broken connection, a
+// response's term, maintenance, where sessions and streams belong) is on
+// its Backend view (Router.Backend).
 //
 // # Shape
 //
@@ -117,7 +120,7 @@
 //
 // # Invariants
 //
-// The router keeps these on every path (probe rounds, Pick and Done, Busy,
+// The router keeps these on every path (probe rounds, Pick and Done, Backend.Busy,
 // SetMembers, a failed leader-pinned write); a state-machine property test
 // (statemachine_test.go, pgregory.net/rapid) checks them after every step of
 // random sequences:
@@ -126,7 +129,7 @@
 //     snapshot and applies the cap, keeping the most urgent out (busy first,
 //     then benched, then the most severe ejections). A member whose probes
 //     bench it beyond the cap stays in the read pool but holds no sessions
-//     or streams and takes no leader-bound fallback (Serves is false);
+//     or streams and takes no leader-bound fallback (Backend.Serves is false);
 //   - the read pool is never empty while a member is reachable, and a member
 //     is reachable while any is not retired;
 //   - a retired member is never picked (but by WithMember naming it) nor
@@ -137,7 +140,7 @@
 //     load stays out however much that share slows the pool
 //     (TestDegradedStaysOutWhileOthersCarryItsShare), and the share-fair
 //     median is never above the median;
-//   - one index space: Pick.Index, Stats, Busy and Member use the roster's
+//   - one index space: Pick.Index, Stats, Backend.Busy and Member use the roster's
 //     stable indexes, which never move (members are added or retired);
 //   - Pick never panics and, without overrides, never allocates;
 //   - each pick is what its policy says (writes at the leader, or while it
@@ -172,10 +175,10 @@
 // leader, older term, lag) are judged only on an answer from the round at
 // hand; one a settled round left out keeps its last. Evidence ends it at once, with a probe
 // round at the next turn: a failed call, a read cut far above the median,
-// a stalled member, a response at a newer term (ObserveTerm: etcd's
+// a stalled member, a response at a newer term (Backend.ObserveTerm: etcd's
 // response headers, a ZooKeeper write's zxid), a broken connection or lost
-// session (Unsettle), a backend's own ping left unanswered (Unanswered:
-// a frozen member holding an idle client's watch fails nothing, so the
+// session (Backend.Unsettle), a backend's own ping left unanswered
+// (Backend.Unanswered: a frozen member holding an idle client's watch fails nothing, so the
 // backends ask a silent stream or session for a sign of life; the miss
 // counts as one failed probe), a membership change,
 // maintenance, Refresh. An idle

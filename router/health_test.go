@@ -160,8 +160,8 @@ func TestProbeEvidenceBenchesAtOnce(t *testing.T) {
 			if c := tr.run(t, 5000, LinearizableRead, flat(time.Millisecond)); c["m1"] != 0 {
 				t.Fatalf("benched m1 got %d reads", c["m1"])
 			}
-			if st := tr.Stats(); st.Leader != "m0" || !tr.Serves(0) || tr.Serves(1) {
-				t.Fatalf("leader %q, serves(0)=%v serves(1)=%v", st.Leader, tr.Serves(0), tr.Serves(1))
+			if st := tr.Stats(); st.Leader != "m0" || !tr.serves(0) || tr.serves(1) {
+				t.Fatalf("leader %q, serves(0)=%v serves(1)=%v", st.Leader, tr.serves(0), tr.serves(1))
 			}
 			bad = false
 			tr.probeRound()
@@ -283,7 +283,7 @@ func TestProbeBudget(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		switch b := p.ProbeBudget(); {
+		switch b := p.probeBudget(); {
 		case p.Member.ID == "m2" && b != want:
 			t.Fatalf("probe-share read's budget %v, want %v", b, want)
 		case p.Member.ID != "m2" && b != 0:
@@ -304,7 +304,7 @@ func TestProbeBudget(t *testing.T) {
 	if m := tr.Stats().Members[2]; !m.Ejected {
 		t.Fatalf("m2 readmitted although its %d probe-share reads were cut at the budget: %+v", probes, m)
 	}
-	if b := (Pick{}).ProbeBudget(); b != 0 {
+	if b := (Pick{}).probeBudget(); b != 0 {
 		t.Fatalf("zero Pick has budget %v", b)
 	}
 }
@@ -386,7 +386,7 @@ func TestMaintenanceIsNoEvidence(t *testing.T) {
 		}
 		p.Done(OK)
 	}
-	end := tr.Busy(1)
+	end := tr.markBusy(1)
 	if m := tr.Stats().Members[1]; !m.Ejected || m.OutReason != outBusy {
 		t.Fatalf("member under maintenance still in the pool: %+v", m)
 	}

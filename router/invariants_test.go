@@ -14,11 +14,11 @@ import (
 func TestBusyKeepsMinorityCap(t *testing.T) {
 	tr := newTestRouter(t, Config{})
 	tr.eject(t, 2, slowMember("m2", 30*time.Millisecond, time.Millisecond))
-	end1 := tr.Busy(1)
+	end1 := tr.markBusy(1)
 	if err := tr.checkInvariants(); err != nil {
 		t.Fatalf("one ejected, one busy: %v", err)
 	}
-	end0 := tr.Busy(0)
+	end0 := tr.markBusy(0)
 	if err := tr.checkInvariants(); err != nil {
 		t.Fatalf("one ejected, two busy: %v", err)
 	}

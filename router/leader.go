@@ -35,7 +35,7 @@ func (r *Router) forgetLeader(idx int) {
 	h.forgotten, h.forgottenAt = true, r.forgets.Add(1)
 	r.snap.Store(r.buildSnapshot(-1, s.reachable, s.ejected, s.unfit, s.sticky))
 	r.mu.Unlock()
-	r.Unsettle()
+	r.unsettle()
 }
 
 // electedLeader returns the reachable member that the highest-term claim

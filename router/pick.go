@@ -240,15 +240,8 @@ func (r *Router) readInLine(v time.Duration) bool {
 // Abandon takes back a Pick whose operation was never sent: Done(NotSent).
 func (p Pick) Abandon() { p.Done(NotSent) }
 
-// ProbeBudget is how long a probe-share read (one the router sends to an
-// ejected member to see whether it has recovered) may take before it has
-// shown that the member is still far out of line: twice the ejection
-// threshold over the other members' median. It is 0 for every other pick,
-// and while no median is known. A backend that can send the read elsewhere
-// cuts it there, reports Done(CallerGaveUp) (censored evidence, enough to
-// keep the member out) and tries the pool, so that a member still out of
-// line costs the caller this delay, never a failed read.
-func (p Pick) ProbeBudget() time.Duration {
+// probeBudget is Backend.ProbeBudget.
+func (p Pick) probeBudget() time.Duration {
 	if !p.probing || p.r == nil {
 		return 0
 	}

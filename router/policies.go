@@ -23,7 +23,7 @@ type policy interface {
 	// countsInflight reports whether the policy needs reads in flight
 	// per member.
 	countsInflight() bool
-	// home is where session-bound traffic belongs (Router.Home).
+	// home is where session-bound traffic belongs (Backend.Home).
 	home(s *snapshot) (int, bool)
 	// answered folds in a timed operation the member answered after
 	// latency.

@@ -30,7 +30,7 @@ type memberHealth struct {
 	// freshInLine counts an ejected member's probe-share reads in a row
 	// that were in line with the others: its evidence for readmission.
 	freshInLine atomic.Int64
-	// busy counts maintenance calls in flight (see Router.Busy); busyEpoch
+	// busy counts maintenance calls in flight (see Backend.Busy); busyEpoch
 	// is bumped when one starts or ends, so that a read or probe that
 	// overlapped one is not taken as evidence.
 	busy      atomic.Int32
@@ -162,12 +162,8 @@ func (r *Router) newHealth() *memberHealth {
 	return h
 }
 
-// Busy marks member idx as busy with maintenance the client itself asked
-// for (etcd's Defragment, during which the member serves nothing): until
-// the returned func is called the member takes no reads, and what its reads
-// and probes show meanwhile is no evidence — a planned pause is not a grey
-// failure, and it is not counted as an ejection. The func is idempotent.
-func (r *Router) Busy(idx int) (end func()) {
+// markBusy is Backend.Busy.
+func (r *Router) markBusy(idx int) (end func()) {
 	h := r.roster().health[idx]
 	r.mu.Lock()
 	h.busy.Add(1)
@@ -321,6 +317,6 @@ func (r *Router) SetMembers(ms []Member) error {
 	}
 	r.snap.Store(r.buildSnapshot(leader, reachable, slices.DeleteFunc(slices.Clone(s.ejected), func(i int) bool { return ro.retired[i] }), slices.DeleteFunc(slices.Clone(s.unfit), func(i int) bool { return ro.retired[i] }), sticky))
 	r.mu.Unlock()
-	r.Unsettle()
+	r.unsettle()
 	return nil
 }

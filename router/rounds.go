@@ -184,7 +184,7 @@ func (r *Router) apply(outcomes []probeOutcome, gen uint64, probed bool) {
 			// A write pinned to this leader failed while we probed: do not
 			// trust this round's word for it; probe again.
 			leader, leaderUnsure = -1, true
-			r.Unsettle()
+			r.unsettle()
 		}
 	} else if !slices.Contains(reachable, leader) {
 		leader = -1

@@ -189,11 +189,8 @@ func (r *Router) Refresh() {
 	}
 }
 
-// Home returns the member a client's long-lived, session-bound traffic
-// belongs on (a ZooKeeper session that owns ephemerals): the sticky member
-// under the sticky policy, otherwise the known leader, where that traffic's
-// writes commit. ok is false when the leader is unknown.
-func (r *Router) Home() (idx int, ok bool) {
+// home is Backend.Home.
+func (r *Router) home() (idx int, ok bool) {
 	return r.policy.home(r.snap.Load())
 }
 
@@ -202,11 +199,8 @@ func (r *Router) Reachable(idx int) bool {
 	return slices.Contains(r.snap.Load().reachable, idx)
 }
 
-// Serves reports whether member idx can hold long-lived streams: it is
-// reachable and its probes show nothing that stops it serving (no leader,
-// an older term, a large apply lag). A member ejected for slowness still
-// serves; backends move streams only off members that do not.
-func (r *Router) Serves(idx int) bool {
+// serves is Backend.Serves.
+func (r *Router) serves(idx int) bool {
 	s := r.snap.Load()
 	return slices.Contains(s.serving, idx)
 }

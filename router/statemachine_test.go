@@ -359,7 +359,7 @@ func (m *machine) busy(t *rapid.T) {
 		return
 	}
 	ro := m.r.roster()
-	m.ends = append(m.ends, m.r.Busy(rapid.IntRange(0, len(ro.members)-1).Draw(t, "busy")))
+	m.ends = append(m.ends, m.r.markBusy(rapid.IntRange(0, len(ro.members)-1).Draw(t, "busy")))
 }
 
 func (m *machine) endBusy(t *rapid.T) {
@@ -719,10 +719,10 @@ func (m *machine) observeTerm(t *rapid.T) {
 	m.mu.Lock()
 	term := m.term
 	m.mu.Unlock()
-	m.r.ObserveTerm(term + uint64(rapid.IntRange(0, 2).Draw(t, "term ahead")) - 1)
+	m.r.observeTerm(term + uint64(rapid.IntRange(0, 2).Draw(t, "term ahead")) - 1)
 }
 
-func (m *machine) unsettle(*rapid.T) { m.r.Unsettle() }
+func (m *machine) unsettle(*rapid.T) { m.r.unsettle() }
 
 // unanswered reports a member silent (a backend's ping unanswered), then
 // runs a round: a member that answers that round's probe has no failed
@@ -732,7 +732,7 @@ func (m *machine) unsettle(*rapid.T) { m.r.Unsettle() }
 func (m *machine) unanswered(t *rapid.T) {
 	ro := m.r.roster()
 	i := rapid.IntRange(-1, len(ro.members)).Draw(t, "silent")
-	m.r.Unanswered(i)
+	m.r.unanswered(i)
 	m.clock.Advance(m.r.cfg.ProbeInterval)
 	m.probeRound(t, false)
 	if i < 0 || i >= len(ro.members) || ro.retired[i] {

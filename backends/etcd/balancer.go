@@ -205,7 +205,7 @@ func (pb *pickerBuilder) published(ready []int) {
 		// A member's connection became ready (probe now, so that a new
 		// client learns the leader early) or broke (perhaps the leader's:
 		// gRPC knows before any probe): evidence either way.
-		pb.entry.r.Unsettle()
+		pb.entry.r.Backend().Unsettle()
 	}
 	pb.ready = len(ready)
 	pb.entry.leader.wake()
@@ -311,7 +311,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		if info.FullMethodName == defragmentMethod {
 			// The member serves nothing while it defragments: planned, not
 			// a grey failure (router.Busy).
-			endBusy = p.r.Busy(pick.Index)
+			endBusy = p.r.Backend().Busy(pick.Index)
 		}
 	}
 	d := donePool.Get().(*pickDone)

@@ -189,7 +189,7 @@ func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *g
 	if h, ok := reply.(interface{ GetHeader() *pb.ResponseHeader }); ok && err == nil && c.router != nil {
 		// Every answer carries the Raft term: a newer one than the probes
 		// showed means the leader may have moved.
-		c.router.ObserveTerm(h.GetHeader().GetRaftTerm())
+		c.router.Backend().ObserveTerm(h.GetHeader().GetRaftTerm())
 	}
 	return err
 }

@@ -188,7 +188,7 @@ func (ss *streams) moveOff() {
 			if l, known := r.Leader(); !r.Reachable(m) || (known && l != m) {
 				cut = append(cut, ts)
 			}
-		case !r.Serves(m):
+		case !r.Backend().Serves(m):
 			cut = append(cut, ts)
 		}
 	}
@@ -246,7 +246,7 @@ func (s *movableStream) SendMsg(m any) error {
 				return
 			}
 			if r := s.ss.r(); r != nil {
-				r.Unsettle()
+				r.Backend().Unsettle()
 			}
 		})
 	}
@@ -318,7 +318,7 @@ func (ss *streams) missed(ts *trackedStream) {
 		return
 	}
 	if r := ss.r(); r != nil {
-		r.Unanswered(m)
+		r.Backend().Unanswered(m)
 	}
 }
 
@@ -349,6 +349,6 @@ func (ss *streams) confirm(m int) {
 	ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
 	defer cancel()
 	if err := ss.probe(ctx, mem); err != nil {
-		r.Unanswered(m)
+		r.Backend().Unanswered(m)
 	}
 }

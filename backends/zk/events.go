@@ -27,7 +27,7 @@ const eventBuffer = 64
 
 func (c *Conn) onPrimaryEvent(ev zk.Event) {
 	if ev.Type == zk.EventSession && ev.State == zk.StateDisconnected {
-		c.r.Unsettle() // the connection to the leader (or the sticky server) broke
+		c.r.Backend().Unsettle() // the connection to the leader (or the sticky server) broke
 	}
 	if ev.Type == zk.EventSession && ev.State == zk.StateExpired && !c.closed.Load() {
 		// go-zookeeper would now open a new session in its place, silently

@@ -240,7 +240,7 @@ func (c *Conn) SetContext(ctx context.Context, path string, data []byte, version
 	if err == nil && st != nil {
 		// The write's zxid carries the epoch of the leader that committed
 		// it: a newer one than the probes showed means a new leader.
-		c.r.ObserveTerm(uint64(st.Mzxid) >> 32)
+		c.r.Backend().ObserveTerm(uint64(st.Mzxid) >> 32)
 	}
 	return st, err
 }

@@ -33,7 +33,7 @@ func (c *Conn) sessionFor(idx int) (*session, error) {
 	name := fmt.Sprintf("m%d", idx)
 	s, err := c.newSession(name, idx, func(ev zk.Event) {
 		if ev.Type == zk.EventSession && ev.State == zk.StateDisconnected {
-			c.r.Unsettle() // a connection to a server broke
+			c.r.Backend().Unsettle() // a connection to a server broke
 		}
 		if ev.Type == zk.EventSession && ev.State == zk.StateExpired && !c.closed.Load() {
 			c.sessionExpired(name) // go-zookeeper goes on with a new one
@@ -199,7 +199,7 @@ func route[T any](c *Conn, ctx context.Context, op router.Op, attempts int, boun
 			}
 		}
 		var v T
-		if budget := p.ProbeBudget(); budget > 0 && !cutOnce {
+		if budget := c.r.Backend().ProbeBudget(p); budget > 0 && !cutOnce {
 			// The router's probe of an ejected member: the caller pays at
 			// most its budget, never a failed read.
 			bctx, cancel := context.WithTimeout(ctx, budget)

@@ -148,7 +148,7 @@ func (s *session) target() int {
 	if s.home >= 0 {
 		return s.home
 	}
-	if idx, ok := s.c.r.Home(); ok {
+	if idx, ok := s.c.r.Backend().Home(); ok {
 		return idx
 	}
 	return -1
@@ -194,7 +194,7 @@ func (s *session) Next() (string, bool) {
 	// serve, then the rest. A target that is out of reach (frozen, cut off)
 	// would hold the handshake until its deadline.
 	order := dialOrder(active, max(slices.Index(active, t), 0), func(i int) bool {
-		return (i == t && s.settled(t)) || s.c.r.Serves(i)
+		return (i == t && s.settled(t)) || s.c.r.Backend().Serves(i)
 	})
 	a := s.attempt
 	s.attempt++
@@ -279,7 +279,7 @@ func (s *session) dial(network, addr string, timeout time.Duration) (net.Conn, e
 	}
 	// A silent server strands a session's watches (the rest fail calls,
 	// which the router sees); the router exists before any session.
-	return newCappedConn(conn, max(s.c.sessionTimeout, 2*time.Second), s.watching.Load(), s.watching.Load, func() { s.c.r.Unanswered(idx) }), nil
+	return newCappedConn(conn, max(s.c.sessionTimeout, 2*time.Second), s.watching.Load(), s.watching.Load, func() { s.c.r.Backend().Unanswered(idx) }), nil
 }
 
 // close ends the session (its server left the Conn) after the calls in
@@ -370,7 +370,7 @@ func (s *session) settled(want int) bool {
 	if s.home >= 0 {
 		return s.c.r.Reachable(want)
 	}
-	return s.c.r.Serves(want)
+	return s.c.r.Backend().Serves(want)
 }
 
 // reach puts a member session on its own server for a call forced there

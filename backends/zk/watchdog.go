@@ -87,7 +87,7 @@ func (c *Conn) watchSessions() {
 
 func (c *Conn) anyServes() bool {
 	for i := range c.servers().members {
-		if c.r.Serves(i) {
+		if c.r.Backend().Serves(i) {
 			return true
 		}
 	}
