@@ -169,8 +169,10 @@ func (b *lb) Close() {
 }
 
 func (b *lb) ExitIdle() {
-	if b.inner != nil {
-		b.inner.ExitIdle()
+	// ExitIdle is on balancer.Balancer from gRPC v1.72; before, an optional
+	// interface of its own (supported gRPC versions: docs/releases.md).
+	if inner, ok := b.inner.(interface{ ExitIdle() }); ok {
+		inner.ExitIdle()
 	}
 }
 
@@ -250,8 +252,12 @@ type picker struct {
 
 type probeKey struct{}
 
-// defragmentMethod stops the member serving while it runs.
-const defragmentMethod = "/etcdserverpb.Maintenance/Defragment"
+// Maintenance a client asks of one member: a defragmentation stops it
+// serving while it runs, a snapshot streams its whole store.
+const (
+	defragmentMethod = "/etcdserverpb.Maintenance/Defragment"
+	snapshotMethod   = "/etcdserverpb.Maintenance/Snapshot"
+)
 
 func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	ctx := info.Ctx
@@ -308,9 +314,9 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	if stream {
 		_, forced := override.Forced(ctx)
 		picked(ctx, pick.Index, forced, toLeader)
-		if info.FullMethodName == defragmentMethod {
-			// The member serves nothing while it defragments: planned, not
-			// a grey failure (router.Busy).
+		if info.FullMethodName == defragmentMethod || info.FullMethodName == snapshotMethod {
+			// Planned load the client asked for, not a grey failure
+			// (router.Backend.Busy).
 			endBusy = p.r.Backend().Busy(pick.Index)
 		}
 	}
