@@ -35,7 +35,8 @@ func (b Backend) Unanswered(idx int) { b.r.unanswered(idx) }
 func (b Backend) ObserveTerm(term uint64) { b.r.observeTerm(term) }
 
 // Busy marks member idx as busy with maintenance the client itself asked
-// for (etcd's Defragment, during which the member serves nothing): until
+// for (etcd's Defragment, during which the member serves nothing, and
+// Snapshot, which streams its whole store): until
 // the returned func is called the member takes no reads, and what its reads
 // and probes show meanwhile is no evidence — a planned pause is not a grey
 // failure, and it is not counted as an ejection. The func is idempotent.

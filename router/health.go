@@ -19,7 +19,7 @@ const (
 	outNoLeader = "no_leader"   // the member follows no leader
 	outOldTerm  = "older_term"  // the member reports an older term than the leader's
 	outLag      = "apply_lag"   // the member has applied far less than the leader committed
-	outBusy     = "maintenance" // the client asked it for maintenance that stops it serving (Busy)
+	outBusy     = "maintenance" // maintenance the client asked of it (Backend.Busy)
 )
 
 // benchedLocked returns the reachable members whose own probes say they

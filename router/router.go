@@ -148,7 +148,7 @@ func (r *Router) Members() []Member {
 }
 
 // Member returns the member at stable index idx (the index Pick.Index,
-// Stats and Busy use; retired members keep theirs). ok is false for an
+// Stats and Backend.Busy use; retired members keep theirs). ok is false for an
 // index the router never had and for a retired member.
 func (r *Router) Member(idx int) (m Member, ok bool) {
 	ro := r.roster()

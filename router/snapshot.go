@@ -12,7 +12,7 @@ type snapshot struct {
 	benched   []int // out of the read pool on probes' evidence: no reads at all
 	// unfit are the reachable members whose probes bench them, beyond the
 	// cap too: they keep their place in the read pool when the cap says so,
-	// but they hold no sessions or streams (Serves).
+	// but they hold no sessions or streams (Backend.Serves).
 	unfit   []int
 	serving []int // reachable and not unfit: where leader-bound calls fall back
 	sticky  int   // the sticky policy's member
@@ -20,7 +20,7 @@ type snapshot struct {
 }
 
 // buildSnapshot assembles a snapshot; it is the only place one is built,
-// so the minority cap holds on every path (probe rounds, Busy, SetMembers,
+// so the minority cap holds on every path (probe rounds, Backend.Busy, SetMembers,
 // forgetLeader). benched and ejected name the members out of the read pool
 // in order of precedence (benched ones beyond the cap stay in the pool but
 // are unfit: they hold no sessions or streams) (benchedLocked puts busy members first,

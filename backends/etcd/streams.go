@@ -79,7 +79,7 @@ const keepAliveAnswerWithin = 500 * time.Millisecond
 // opened at a future revision, as clientv3 resumes watches and Kubernetes
 // opens them, on a cluster with no write since). So a miss on a stream
 // that has answered one of the check's requests since its last watcher
-// was created counts as a failed probe of its member (router.Unanswered);
+// was created counts as a failed probe of its member (router.Backend.Unanswered);
 // a miss on one that has not is confirmed first by a probe of the member
 // (Status, within confirmTimeout), and only a failed one counts. The wait
 // before the next request doubles with each miss, up to watchQuietMax.

@@ -20,7 +20,7 @@ var pingFrame = []byte{0, 0, 0, 8, 0xff, 0xff, 0xff, 0xfe, 0, 0, 0, 11}
 
 // A session's connection silent for liveQuietAfter gets a ping of the
 // wrapper's own; no byte back within liveAnswerWithin counts as a failed
-// probe of the server (router.Unanswered), and the router probes at once
+// probe of the server (router.Backend.Unanswered), and the router probes at once
 // (and moves the session if the server fails that probe too): about 2.4 s
 // from the server's last byte. go-zookeeper pings every third of the
 // session timeout and gives up on a server after two thirds of it (4 s of

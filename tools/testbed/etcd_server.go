@@ -80,7 +80,9 @@ func main() { etcdmain.Main(os.Args) }
 
 func buildEtcdServer(ctx context.Context, version string) (string, error) {
 	sweepMemberBinaries()
-	src, err := os.MkdirTemp("", "oproute-etcdserver-src-")
+	// Named by this process's ID, as every test-bed directory is, so that
+	// the leftover check and the sweep know it.
+	src, err := os.MkdirTemp("", fmt.Sprintf("oproute-etcdserver-%d-", os.Getpid()))
 	if err != nil {
 		return "", fmt.Errorf("testbed: %w", err)
 	}
@@ -100,7 +102,7 @@ func buildEtcdServer(ctx context.Context, version string) (string, error) {
 		// Outside this repository's workspace, with the server's own
 		// requirements; on one core, as a busy neighbour is, beside tests
 		// that time milliseconds (a cold build takes minutes).
-		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod -p=1", "GOMAXPROCS=1")
+		cmd.Env = append(os.Environ(), "GOWORK=off", strings.TrimSpace("GOFLAGS="+os.Getenv("GOFLAGS")+" -mod=mod -p=1"), "GOMAXPROCS=1")
 		if b, err := cmd.CombinedOutput(); err != nil {
 			os.Remove(out)
 			return "", fmt.Errorf("testbed: building etcd %s (go %s): %w\n%s", version, strings.Join(args, " "), err, b)
