@@ -3,7 +3,6 @@ package etcd
 import (
 	"context"
 	"net"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -12,45 +11,17 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
+	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/router"
 )
 
-// etcdServices are the gRPC services of the etcd version in go.mod that a
-// client can call through this package, but Lock and Election: their
-// descriptions are in etcd's server module, which the SDK's module does
-// not take. The tools module's tests check those two
-// (tools/backends/etcd). Each is named by its generated client interface,
-// whose methods are its RPCs: the ServiceDescs are exported only from
-// etcd v3.7, and the SDK builds against v3.6 too.
-var etcdServices = map[string]reflect.Type{
-	"etcdserverpb.KV":          reflect.TypeFor[pb.KVClient](),
-	"etcdserverpb.Watch":       reflect.TypeFor[pb.WatchClient](),
-	"etcdserverpb.Lease":       reflect.TypeFor[pb.LeaseClient](),
-	"etcdserverpb.Cluster":     reflect.TypeFor[pb.ClusterClient](),
-	"etcdserverpb.Maintenance": reflect.TypeFor[pb.MaintenanceClient](),
-	"etcdserverpb.Auth":        reflect.TypeFor[pb.AuthClient](),
-}
-
-// serviceRPCs are the full method names of one service's RPCs.
-func serviceRPCs(service string) []string {
-	client := etcdServices[service]
-	var rpcs []string
-	for i := range client.NumMethod() {
-		rpcs = append(rpcs, "/"+service+"/"+client.Method(i).Name)
-	}
-	return rpcs
-}
-
-// newerRPCs are RPCs rpcClasses names that the lowest supported etcd
-// client's API (v3.6.0) lacks, with the release that added each.
-var newerRPCs = map[string]string{
-	"/etcdserverpb.KV/RangeStream": "v3.7.0",
-}
-
+// etcdRPCs are the RPCs of etcd's API module (testutil.EtcdAPIServices):
+// Lock and Election are in the server's module, which the tools module's
+// tests take (tools/backends/etcd).
 func etcdRPCs() map[string]bool {
 	rpcs := map[string]bool{}
-	for service := range etcdServices {
-		for _, rpc := range serviceRPCs(service) {
+	for service, client := range testutil.EtcdAPIServices {
+		for _, rpc := range testutil.GRPCMethods(service, client) {
 			rpcs[rpc] = true
 		}
 	}
@@ -68,7 +39,7 @@ func TestClassifyCoversEveryRPC(t *testing.T) {
 		}
 	}
 	for rpc := range rpcClasses {
-		if !rpcs[rpc] && newerRPCs[rpc] == "" && !strings.HasPrefix(rpc, "/v3lockpb.Lock/") && !strings.HasPrefix(rpc, "/v3electionpb.Election/") {
+		if !rpcs[rpc] && testutil.EtcdRPCsSince[rpc] == "" && !strings.HasPrefix(rpc, "/v3lockpb.Lock/") && !strings.HasPrefix(rpc, "/v3electionpb.Election/") {
 			t.Errorf("rpcClasses names %s, which is in no etcd service", rpc)
 		}
 	}
@@ -131,7 +102,7 @@ func TestClassifyEachRPC(t *testing.T) {
 		"/etcdserverpb.Auth/AuthEnableNew": w,
 	}
 	// Every Auth RPC is a write.
-	for _, rpc := range serviceRPCs("etcdserverpb.Auth") {
+	for _, rpc := range testutil.GRPCMethods("etcdserverpb.Auth", testutil.EtcdAPIServices["etcdserverpb.Auth"]) {
 		want[rpc] = w
 	}
 	for rpc := range etcdRPCs() {
