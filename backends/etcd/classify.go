@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"reflect"
 	"slices"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -181,8 +182,8 @@ func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *g
 		}
 	}
 	var err error
-	if msg, ok := reply.(proto.Message); ok && op.IsRead() && c.router != nil && c.router.Hedging() {
-		err = c.hedge(ctx, op, method, req, msg, cc, invoker, opts)
+	if op.IsRead() && c.router != nil && c.router.Hedging() {
+		err = c.hedge(ctx, op, method, req, reply, cc, invoker, opts)
 	} else {
 		err = invoker(ctx, method, req, reply, cc, opts...)
 	}
@@ -198,27 +199,49 @@ func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *g
 // own, and its own copies of the output call options (clientv3 asks every
 // RPC for its peer): the first attempt may still be writing the caller's.
 // The winner's are what the caller sees.
-func (c *Client) hedge(ctx context.Context, op router.Op, method string, req any, reply proto.Message, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+func (c *Client) hedge(ctx context.Context, op router.Op, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
 	type answer struct {
-		reply   proto.Message
+		reply   any
 		publish func() // copies the hedge's outputs to the caller's
 	}
-	// The type, now: once the race is on, the first attempt writes reply.
-	replyType := reply.ProtoReflect().Type()
+	// Made now: once the race is on, the first attempt writes reply.
+	newReply, setReply, ok := replyOf(reply)
+	if !ok {
+		return invoker(ctx, method, req, reply, cc, opts...) // not a message it can copy: unhedged
+	}
 	won, err := router.Hedge(ctx, c.router, op, func(ctx context.Context, hedge bool) (answer, error) {
 		if !hedge {
 			return answer{reply: reply}, invoker(ctx, method, req, reply, cc, opts...)
 		}
-		out := replyType.New().Interface()
+		out := newReply()
 		own, publish := privateOutputs(opts)
 		return answer{out, publish}, invoker(ctx, method, req, out, cc, own...)
 	}, answeredRead)
 	if won.publish != nil {
-		proto.Reset(reply)
-		proto.Merge(reply, won.reply)
+		setReply(won.reply)
 		won.publish()
 	}
 	return err
+}
+
+// replyOf returns, for a reply message, how to make an empty one of its
+// type and how to make it another's copy: through protobuf's API where
+// the message has it (etcd's API from v3.7), as a struct otherwise (v3.6's
+// gogo-generated messages, plain structs that protobuf-go cannot reflect).
+func replyOf(reply any) (newReply func() any, set func(from any), ok bool) {
+	if m, ok := reply.(proto.Message); ok {
+		typ := m.ProtoReflect().Type()
+		return func() any { return typ.New().Interface() }, func(from any) {
+			proto.Reset(m)
+			proto.Merge(m, from.(proto.Message))
+		}, true
+	}
+	v := reflect.ValueOf(reply)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return nil, nil, false
+	}
+	v = v.Elem()
+	return func() any { return reflect.New(v.Type()).Interface() }, func(from any) { v.Set(reflect.ValueOf(from).Elem()) }, true
 }
 
 // privateOutputs returns opts with the options gRPC writes into after the

@@ -52,10 +52,12 @@ type Client struct {
 }
 
 // EventStatusRefused is the client's event (router.Event.Kind) when a
-// member refuses its Status probe for want of credentials (auth enabled,
-// and the client has none, or a Token it set has expired): the router cannot learn the
-// leader, and writes go round robin. Told once per client, with the error;
-// etcd lets any authenticated user call Status, whatever its roles.
+// member refuses its Status probe (auth enabled, and the client has no
+// credentials, a Token it set has expired, or the user lacks the root role
+// where the server asks for it): the router cannot learn the leader, and
+// writes go round robin. Told once per client, with the error. Most etcd
+// releases serve Status to any authenticated user; v3.6.0 to v3.6.11 and
+// v3.5.28 to v3.5.30 to the root role only.
 const EventStatusRefused = "etcd_status_refused"
 
 // Sentinel errors, besides the router's (router.ErrDuplicateMember,
