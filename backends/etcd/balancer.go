@@ -316,8 +316,12 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		picked(ctx, pick.Index, forced, toLeader)
 		if info.FullMethodName == defragmentMethod || info.FullMethodName == snapshotMethod {
 			// Planned load the client asked for, not a grey failure
-			// (router.Backend.Busy).
+			// (router.Backend.Busy). A Snapshot's bench is held by the
+			// stream's reads too (benchHold); the end is idempotent.
 			endBusy = p.r.Backend().Busy(pick.Index)
+			if h, ok := ctx.Value(benchHoldKey{}).(*benchHold); ok {
+				h.hold(endBusy)
+			}
 		}
 	}
 	d := donePool.Get().(*pickDone)

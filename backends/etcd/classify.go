@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
 
 	"github.com/oproute/oproute/internal/override"
 	"github.com/oproute/oproute/router"
@@ -226,8 +227,9 @@ func (c *Client) hedge(ctx context.Context, op router.Op, method string, req, re
 
 // replyOf returns, for a reply message, how to make an empty one of its
 // type and how to make it another's copy: through protobuf's API where
-// the message has it (etcd's API from v3.7), as a struct otherwise (v3.6's
-// gogo-generated messages, plain structs that protobuf-go cannot reflect).
+// the message has it (etcd's API from v3.7), as a struct for a message of
+// the older API only (v3.6's gogo-generated messages, which protobuf-go
+// cannot reflect). ok is false for anything else.
 func replyOf(reply any) (newReply func() any, set func(from any), ok bool) {
 	if m, ok := reply.(proto.Message); ok {
 		typ := m.ProtoReflect().Type()
@@ -237,7 +239,7 @@ func replyOf(reply any) (newReply func() any, set func(from any), ok bool) {
 		}, true
 	}
 	v := reflect.ValueOf(reply)
-	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+	if _, ok := reply.(protoadapt.MessageV1); !ok || v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
 		return nil, nil, false
 	}
 	v = v.Elem()

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -192,5 +193,31 @@ func TestHedgeOutputsPrivate(t *testing.T) {
 	publish()
 	if p.Addr == nil || header.Get("k")[0] != "v" {
 		t.Fatalf("after the win: peer %v, header %v", p, header)
+	}
+}
+
+// TestReplyOf: a hedge's reply is made and copied whichever API etcd's
+// messages have: protobuf-go's in the workspace (etcd v3.7), gogo's at the
+// SDK's own lowest requirement (v3.6, GOWORK=off), where hedging once sent
+// nothing for want of a protobuf-go message.
+func TestReplyOf(t *testing.T) {
+	reply := &pb.RangeResponse{}
+	newReply, set, ok := replyOf(reply)
+	if !ok {
+		t.Fatalf("replyOf(%T): not a message it can copy", reply)
+	}
+	won, isRange := newReply().(*pb.RangeResponse)
+	if !isRange {
+		t.Fatalf("replyOf(%T) makes %T", reply, newReply())
+	}
+	won.Header = &pb.ResponseHeader{Revision: 7}
+	won.Kvs = []*mvccpb.KeyValue{{Key: []byte("k"), Value: []byte("v")}}
+	won.Count = 1
+	set(won)
+	if reply.GetHeader().GetRevision() != 7 || len(reply.Kvs) != 1 || string(reply.Kvs[0].Value) != "v" || reply.Count != 1 {
+		t.Fatalf("the caller's reply after the copy: %v", reply)
+	}
+	if _, _, ok := replyOf(struct{}{}); ok {
+		t.Fatal("replyOf(struct{}{}) claims it can copy it")
 	}
 }

@@ -53,11 +53,11 @@ type Client struct {
 
 // EventStatusRefused is the client's event (router.Event.Kind) when a
 // member refuses its Status probe (auth enabled, and the client has no
-// credentials, a Token it set has expired, or the user lacks the root role
+// credentials, a Token it set (clientv3 v3.7) has expired, or the user lacks the root role
 // where the server asks for it): the router cannot learn the leader, and
 // writes go round robin. Told once per client, with the error. Most etcd
 // releases serve Status to any authenticated user; v3.6.0 to v3.6.11 and
-// v3.5.28 to v3.5.30 to the root role only.
+// v3.5.28 to v3.5.31 to the root role only.
 const EventStatusRefused = "etcd_status_refused"
 
 // Sentinel errors, besides the router's (router.ErrDuplicateMember,
@@ -171,9 +171,11 @@ var clientSeq atomic.Uint64
 // the leader, linearizable reads over the healthy read pool (with the
 // default policy). It is a drop-in for clientv3.New(cfg).
 //
-// As clientv3.New (v3.7) does, New does not wait for connections, whatever
+// As clientv3.New does, New does not wait for connections, whatever
 // cfg.DialTimeout: a cluster not yet up, or a TLS mistake, shows on the
-// first calls. WithConnectTimeout makes it wait until the leader is known
+// first calls. (clientv3 v3.6 waits up to DialTimeout when cfg.DialOptions
+// holds grpc.WithBlock, which v3.7 ignores; with credentials both wait for
+// the auth token.) WithConnectTimeout makes it wait until the leader is known
 // (or every member has answered a probe), failing with ErrUnreachable if
 // no member answers in time.
 func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
@@ -246,7 +248,7 @@ func New(cfg clientv3.Config, opts ...Option) (*Client, error) {
 		grpc.WithDisableServiceConfig(),
 		grpc.WithDefaultServiceConfig(sc),
 		grpc.WithChainUnaryInterceptor(c.unary),
-		grpc.WithChainStreamInterceptor(c.streams.intercept),
+		grpc.WithChainStreamInterceptor(c.streams.intercept, holdSnapshotBench),
 	)
 	cli, err := clientv3.New(cfg)
 	if err != nil {

@@ -40,6 +40,13 @@ func TestClassifiesEveryRPC(t *testing.T) {
 			t.Errorf("the backend classifies %s, which is in no etcd service", rpc)
 		}
 	}
+	// Built against the test bed's etcd, the newest: the RPCs named as
+	// newer than the lowest supported API are in it.
+	for rpc, since := range testutil.EtcdRPCsSince {
+		if !rpcs[rpc] {
+			t.Errorf("%s, named as added in %s, is in no etcd service of this build", rpc, since)
+		}
+	}
 	if len(rpcs) < 40 {
 		t.Errorf("%d RPCs in etcd's services: the list above lacks some", len(rpcs))
 	}

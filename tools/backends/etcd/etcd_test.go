@@ -438,16 +438,15 @@ func TestCredentialsApplyEverywhere(t *testing.T) {
 
 // statusNeedsRoot reports whether an etcd server of version, with auth
 // enabled, serves Maintenance.Status to the root role only: from v3.6.0
-// (etcd-io/etcd#14663) and v3.5.28 (CVE-2026-33413's fix, by
-// etcd-io/etcd#21663) until the releases that let any authenticated user
-// have it again (etcd-io/etcd#21666): v3.6.12, read in the module's
-// source, and v3.5.31, the first 3.5 release after v3.5.27 this machine's
-// module proxy serves.
+// (etcd-io/etcd#14663, which asked admin rights of every maintenance RPC)
+// and v3.5.28 (CVE-2026-33413's fix, etcd-io/etcd#21663) until the
+// releases that serve it to any authenticated user again
+// (etcd-io/etcd#21666): v3.6.12 and v3.5.32, read in the modules' source.
 func statusNeedsRoot(version string) bool {
 	in := func(from, until string) bool {
 		return semver.Compare(version, from) >= 0 && semver.Compare(version, until) < 0
 	}
-	return in("v3.5.28", "v3.5.31") || in("v3.6.0", "v3.6.12")
+	return in("v3.5.28", "v3.5.32") || in("v3.6.0", "v3.6.12")
 }
 
 // TestFleetStreams: a fleet of clients puts every keep-alive stream on the
