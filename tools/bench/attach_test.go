@@ -382,6 +382,11 @@ func TestAttachedEnsembleKeepsWhatWasThere(t *testing.T) {
 	if err := run("appdata/run/"); err != nil {
 		t.Fatal(err)
 	}
+	// A plain go-zookeeper read is served from its server's state: synced
+	// first, so that it sees what the run's sessions did elsewhere.
+	if _, err := app.Sync("/appdata"); err != nil {
+		t.Fatal(err)
+	}
 	if ok, _, err := app.Exists("/appdata/run"); err != nil || ok {
 		t.Errorf("the run's own parent /appdata/run: exists %v (%v), want it deleted", ok, err)
 	}

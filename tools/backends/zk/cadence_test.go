@@ -31,7 +31,9 @@ func proxiedConnections(c *testbed.ZKCluster) uint64 {
 
 // Idle settled Conns that share no probes (a dialer of their own each)
 // open at most 0.5 probe connections per Conn and second, by the servers'
-// proxies' counts (12 when every round probes).
+// proxies' counts (12 when every round probes), beside what the rounds a
+// Conn spends unsettled cost (one slow probe on a loaded machine unsettles
+// it for a round or two); unsettled at most a tenth of the window.
 func TestIdleConnsProbeRarely(t *testing.T) {
 	c := testbed.SharedZKT(t)
 	conns := make([]*ozk.Conn, 5)
@@ -43,14 +45,15 @@ func TestIdleConnsProbeRarely(t *testing.T) {
 	}
 	testutil.Poll(t, 15*time.Second, "every Conn settled", func() bool { return settled(conns...) })
 	before, start := proxiedConnections(c), time.Now()
-	time.Sleep(12 * time.Second) // the measured window: one stable interval and its jitter
+	// The measured window: one stable interval and its jitter.
+	unsettled := testutil.UnsettledShare(12*time.Second, len(conns), func(i int) bool { return settled(conns[i]) })
 	rate := float64(proxiedConnections(c)-before) / time.Since(start).Seconds() / float64(len(conns))
-	t.Logf("%d idle settled Conns: %.3f connections per Conn and second, by the proxies' counts", len(conns), rate)
-	if rate > 0.5 {
-		t.Fatalf("%.3f connections per Conn and second while settled, want at most 0.5", rate)
+	t.Logf("%d idle settled Conns: %.3f connections per Conn and second, by the proxies' counts; unsettled %.1f %% of the window", len(conns), rate, 100*unsettled)
+	if allowed := 0.5 + testutil.UnsettledProbeRate*unsettled; rate > allowed {
+		t.Fatalf("%.3f connections per Conn and second, want at most %.3f (0.5 settled, and the unsettled share's)", rate, allowed)
 	}
-	if !settled(conns...) {
-		t.Fatal("a Conn left the settled state on an idle healthy ensemble")
+	if unsettled > 0.1 {
+		t.Fatalf("Conns unsettled %.1f %% of the window on an idle healthy ensemble, want at most 10 %%", 100*unsettled)
 	}
 }
 

@@ -82,7 +82,14 @@ func TestLaggingFollowerLeavesThePool(t *testing.T) {
 	c, ctx, leader := startWithLeader(t)
 	lagging := (leader + 1) % c.Size()
 	const maxLag = 100
-	conn, _ := connect(t, c, ozk.WithRouterConfig(func(cfg *router.Config) { cfg.MaxLag = maxLag }))
+	// Probed every round: a settled Conn probes only the leader and the
+	// members its calls went to, and this one's writes all go to the
+	// leader, so a lag that begins after it settled (2 s of calm) would go
+	// unseen until a call went there, on a slow machine every time.
+	conn, _ := connect(t, c, ozk.WithRouterConfig(func(cfg *router.Config) {
+		cfg.MaxLag = maxLag
+		cfg.StableProbeInterval = router.DefaultProbeInterval
+	}))
 	if _, err := conn.CreateContext(ctx, "/lag", nil, 0, acl); err != nil {
 		t.Fatal(err)
 	}

@@ -339,6 +339,12 @@ func TestResetStormWithCredentials(t *testing.T) {
 	lost := 0
 	for i := range cs {
 		for path, val := range acked[i] {
+			// A plain read is served from its server's state: synced first,
+			// so that it sees every acknowledged write.
+			if _, err := admin.Sync(path); err != nil {
+				lost++
+				continue
+			}
 			data, _, err := admin.Get(path)
 			if err != nil || string(data) != val {
 				lost++

@@ -343,6 +343,7 @@ func TestOrderAcrossSessionsAndStaleReads(t *testing.T) {
 		stale.Get("/o")
 	}
 	_, r0 := requests(t, c)
+	began := time.Now()
 	const reads = 90
 	for range reads {
 		if _, _, err := stale.Get("/o"); err != nil {
@@ -350,12 +351,18 @@ func TestOrderAcrossSessionsAndStaleReads(t *testing.T) {
 		}
 	}
 	_, r1 := requests(t, c)
+	elapsed := time.Since(began)
 	total := uint64(0)
 	for i := range r1 {
 		total += r1[i] - r0[i]
 	}
-	if total < reads || total > reads+5 {
-		t.Errorf("%d stale reads made %d read requests at the servers, want %d (no syncs)", reads, total, reads)
+	// mntr counts the sessions' pings as reads: go-zookeeper pings each
+	// session every 2 s whatever its traffic, and six are open here (two
+	// Conns, a session per server each), so about three a second of the
+	// window. A sync per read would add another 90.
+	pings := uint64(3*elapsed.Seconds()) + 3
+	if total < reads || total > reads+pings {
+		t.Errorf("%d stale reads made %d read requests at the servers in %v, want %d (no syncs) and up to %d pings", reads, total, elapsed.Round(time.Millisecond), reads, pings)
 	}
 	if st := stale.Stats(); st.Members[0].Ops[router.StaleRead] == 0 || st.Members[0].Ops[router.LinearizableRead] != 0 {
 		t.Errorf("stale reads not classed as such: %+v", st.Members[0].Ops)
