@@ -34,7 +34,10 @@ func TestCloseEndsMovesAtOnce(t *testing.T) {
 	testutil.Poll(t, 5*time.Second, "the move draining", func() bool { return gateShut(&s.gate) })
 	start := time.Now()
 	conn.Close()
-	if took := time.Since(start); took > time.Second {
+	// Below the move's 2 s drain; above go-zookeeper's own Close, which
+	// waits up to 1 s for its close request when a session's connection is
+	// being dialled (took 1.002 s once in a quick-tier run).
+	if took := time.Since(start); took > 1500*time.Millisecond {
 		t.Errorf("Close took %v with a move draining", took)
 	}
 	buf := make([]byte, 1<<20)
