@@ -1,6 +1,9 @@
 package router
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Backend is the part of a Router that only the backend driving it calls:
 // what the code that sends the operations alone can tell the router (a
@@ -46,13 +49,13 @@ func (b Backend) Busy(idx int) (end func()) { return b.r.markBusy(idx) }
 // belongs on (a ZooKeeper session that owns ephemerals): the sticky member
 // under the sticky policy, otherwise the known leader, where that traffic's
 // writes commit. ok is false when the leader is unknown.
-func (b Backend) Home() (idx int, ok bool) { return b.r.home() }
+func (b Backend) Home() (idx int, ok bool) { return b.r.policy.home(b.r.snap.Load()) }
 
 // Serves reports whether member idx can hold long-lived streams: it is
 // reachable and its probes show nothing that stops it serving (no leader,
 // an older term, a large apply lag). A member ejected for slowness still
 // serves; backends move streams only off members that do not.
-func (b Backend) Serves(idx int) bool { return b.r.serves(idx) }
+func (b Backend) Serves(idx int) bool { return slices.Contains(b.r.snap.Load().serving, idx) }
 
 // ProbeBudget is how long p, a probe-share read (one the router sends to an
 // ejected member to see whether it has recovered) may take before it has

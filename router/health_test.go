@@ -160,8 +160,8 @@ func TestProbeEvidenceBenchesAtOnce(t *testing.T) {
 			if c := tr.run(t, 5000, LinearizableRead, flat(time.Millisecond)); c["m1"] != 0 {
 				t.Fatalf("benched m1 got %d reads", c["m1"])
 			}
-			if st := tr.Stats(); st.Leader != "m0" || !tr.serves(0) || tr.serves(1) {
-				t.Fatalf("leader %q, serves(0)=%v serves(1)=%v", st.Leader, tr.serves(0), tr.serves(1))
+			if st := tr.Stats(); st.Leader != "m0" || !tr.Backend().Serves(0) || tr.Backend().Serves(1) {
+				t.Fatalf("leader %q, serves(0)=%v serves(1)=%v", st.Leader, tr.Backend().Serves(0), tr.Backend().Serves(1))
 			}
 			bad = false
 			tr.probeRound()

@@ -189,20 +189,9 @@ func (r *Router) Refresh() {
 	}
 }
 
-// home is Backend.Home.
-func (r *Router) home() (idx int, ok bool) {
-	return r.policy.home(r.snap.Load())
-}
-
 // Reachable reports whether member idx answers its probes and serves.
 func (r *Router) Reachable(idx int) bool {
 	return slices.Contains(r.snap.Load().reachable, idx)
-}
-
-// serves is Backend.Serves.
-func (r *Router) serves(idx int) bool {
-	s := r.snap.Load()
-	return slices.Contains(s.serving, idx)
 }
 
 // unansweredError is WaitProbed's failure: ErrUnreachable, wrapping why a

@@ -88,13 +88,13 @@ func TestManualRounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := r.home(); ok {
+	if _, ok := r.Backend().Home(); ok {
 		t.Fatal("leader known before the first Round")
 	}
 	if err := r.Round(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if l, ok := r.home(); !ok || l != 1 {
+	if l, ok := r.Backend().Home(); !ok || l != 1 {
 		t.Fatalf("leader m%d (%v) after the first Round, want m1", l, ok)
 	}
 	p, err := r.Pick(t.Context(), Write)
@@ -107,7 +107,7 @@ func TestManualRounds(t *testing.T) {
 	if err := r.Round(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if l, _ := r.home(); l != 2 {
+	if l, _ := r.Backend().Home(); l != 2 {
 		t.Fatalf("leader m%d after the move and a forced Round, want m2", l)
 	}
 	r.Close()
