@@ -26,6 +26,10 @@ type Lock struct {
 	acl      []zk.ACL
 	lockPath string
 	seq      int
+	// abandoned are the names of creates that gave up unconfirmed: sent
+	// again once the session reconnects, each would make a node that takes
+	// the lock for nobody. Each attempt removes any it finds.
+	abandoned []string
 }
 
 // NewLock returns a lock on path, a node used by this lock only, as
@@ -111,9 +115,46 @@ func (l *Lock) create(ctx context.Context, data []byte) (string, error) {
 	}
 	// Applied after all? Then it must go.
 	if path, ok := l.find(cctx, name); ok {
-		err = errors.Join(err, l.remove(path))
+		return "", errors.Join(err, l.remove(path))
 	}
+	// Not there, or not known: go-zookeeper may still send the create once
+	// the session reconnects (after a long election, say), and the node
+	// would take the lock for nobody while the session lives. Looked for
+	// in the background until it appears or orphanSweep ends, and by every
+	// later attempt of this Lock.
+	// The last few are kept: older ones the background sweep covers.
+	l.abandoned = append(l.abandoned[max(0, len(l.abandoned)-15):], name)
+	l.c.bg.Go(func() { l.c.sweepOrphan(l.path, name) })
 	return "", err
+}
+
+// orphanSweep bounds the background look for an abandoned create's node:
+// a session outlives an election of up to its timeout, and a reconnection
+// sends what was queued.
+func orphanSweep(sessionTimeout time.Duration) time.Duration {
+	return max(30*time.Second, 4*sessionTimeout)
+}
+
+// sweepOrphan removes the lock node of an abandoned create (name, under
+// path) once it appears, looking every second until orphanSweep ends or
+// the Conn closes.
+func (c *Conn) sweepOrphan(path, name string) {
+	l := &Lock{c: c, path: path}
+	end := time.Now().Add(orphanSweep(c.sessionTimeout))
+	for time.Now().Before(end) {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, c.sessionTimeout)
+		node, ok := l.find(linearizable(ctx), name)
+		cancel()
+		if ok {
+			l.remove(node) // a failure leaves it to the Lock's next attempt
+			return
+		}
+	}
 }
 
 func (l *Lock) createParents(ctx context.Context) error {
@@ -158,9 +199,10 @@ func (l *Lock) wait(ctx context.Context, path string, seq int) error {
 				present = true
 				continue
 			}
-			if strings.HasPrefix(p, guid) {
+			if strings.HasPrefix(p, guid) || l.isAbandoned(p) {
 				// A create of ours whose answer was lost, applied after we
-				// looked for it: it would make us wait for ourselves.
+				// looked for it, or one an earlier attempt gave up on: it
+				// would make us wait for ourselves.
 				if err := l.remove(l.path + "/" + p); err != nil {
 					return err
 				}
@@ -194,6 +236,17 @@ func (l *Lock) wait(ctx context.Context, path string, seq int) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// isAbandoned reports whether the lock node named p is an abandoned
+// create's of this Lock.
+func (l *Lock) isAbandoned(p string) bool {
+	for _, name := range l.abandoned {
+		if strings.HasPrefix(p, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // remove deletes a lock node, trying again after a cut connection: the

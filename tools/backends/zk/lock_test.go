@@ -200,3 +200,63 @@ func TestLockContextGivesUpCleanly(t *testing.T) {
 		t.Fatal("the waiter whose node was deleted still waits")
 	}
 }
+
+// TestLockAbandonedCreateLeavesNoNode: a LockContext whose create cannot
+// commit (both followers frozen: the leader holds the proposal without a
+// quorum, and stays leader for syncLimit ticks, so no session expires)
+// gives up after the session timeout; once the followers resume, the
+// proposal commits, and the node it makes would take the lock for nobody
+// while the session lives. It is removed (in the background, or by the
+// Lock's next attempt), and another Conn takes the lock.
+func TestLockAbandonedCreateLeavesNoNode(t *testing.T) {
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	holder, _ := connect(t, c)
+	other, _ := connect(t, c)
+	for _, p := range []string{"/orphan", "/orphan/lock"} {
+		if _, err := holder.CreateContext(ctx, p, nil, 0, acl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The followers, not the leader: a leader frozen and resumed expires
+	// the sessions it stopped hearing from by its wall clock.
+	frozen := []int{(leader + 1) % c.Size(), (leader + 2) % c.Size()}
+	for _, i := range frozen {
+		if err := c.Pause(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lock := ozk.NewLock(holder, "/orphan/lock", acl)
+	lctx, lcancel := context.WithTimeout(ctx, 2*time.Second)
+	err = lock.LockContext(lctx)
+	lcancel()
+	if err == nil {
+		t.Fatal("a lock taken with no quorum")
+	}
+	t.Logf("the attempt without a quorum: %v", err)
+	for _, i := range frozen {
+		if err := c.Resume(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The other Conn takes the lock: an orphan node would hold it off for
+	// as long as the holder's session lives (over 60 s, measured without
+	// the sweep); the sweep looks every second.
+	lock2 := ozk.NewLock(other, "/orphan/lock", acl)
+	l2ctx, l2cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer l2cancel()
+	start := time.Now()
+	if err := lock2.LockContext(l2ctx); err != nil {
+		children, _, _ := other.ChildrenContext(ctx, "/orphan/lock")
+		t.Fatalf("the other Conn could not take the lock: %v (lock nodes %v)", err, children)
+	}
+	t.Logf("the other Conn took the lock %v after the resume", time.Since(start).Round(time.Millisecond))
+	if err := lock2.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}
