@@ -169,10 +169,12 @@ func testGrowAndShrink(t *testing.T, h Harness) {
 		m, ok := memberFor(cli, c.Endpoints()[newLeader])
 		return ok && cli.Stats().Leader == m.Member.ID
 	})
+	knownAt := time.Now()
 	// Operations in flight at the removal (a write the removed leader took
-	// and will never answer) end by their deadline: the window starts
-	// after them.
-	testutil.Poll(t, opTimeout+time.Second, "the operations in flight at the drop ended", func() bool { return !l.startedBefore(drainedAt) })
+	// and will never answer), and those sent while the router did not yet
+	// know the new leader (falling back), end by their deadline: the
+	// window starts after them, as a leader change's does.
+	testutil.Poll(t, opTimeout+time.Second, "the operations in flight before the new leader was known ended", func() bool { return !l.startedBefore(knownAt) })
 	w0, e0 := len(l.ackedWrites()), l.errs.Load()
 	time.Sleep(2 * time.Second) // a measurement window under load, not synchronisation
 	if after := opsAt(cli, oldAddr); after > sent {

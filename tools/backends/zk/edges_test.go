@@ -549,8 +549,10 @@ func TestEnsembleTracking(t *testing.T) {
 			}
 		}
 		_, reads1 := requests(t, c)
-		if n := reads1[added] - reads0[added]; n < 100 {
-			t.Errorf("the added server served %d read requests of 800, want about a quarter", n)
+		// A quarter when all is quiet (sync and read, 800 requests); at
+		// least a tenth shows it serves, as in TestSetServers.
+		if n := reads1[added] - reads0[added]; n < 80 {
+			t.Errorf("the added server served %d read requests of 800, want a quarter (at least a tenth); router: %+v", n, conn.Stats().Members)
 		}
 		follower := (added + 1) % 3 // one of the first three; not necessarily a follower
 		if err := c.RemoveServer(ctx, follower); err != nil {

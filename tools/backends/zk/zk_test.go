@@ -388,10 +388,17 @@ func TestSessionTimeoutRaisedByServer(t *testing.T) {
 	if _, err := conn.Create("/idle", nil, zk.FlagEphemeral, acl); err != nil {
 		t.Fatal(err)
 	}
+	session := conn.SessionID()
 	idle := time.NewTimer(5 * time.Second) // an idle period to span several pings, not a synchronisation
 	<-idle.C
-	if n := disconnects.Load(); n != 0 {
+	// Deadlines at the asked 1 s would drop the idle session about once a
+	// second; one disconnect is a move of the session after two slow
+	// leader probes on a loaded machine, which the session outlives.
+	if n := disconnects.Load(); n > 1 {
 		t.Fatalf("idle session disconnected %d times", n)
+	}
+	if id := conn.SessionID(); id != session {
+		t.Fatalf("the session changed while idle: %#x, then %#x", session, id)
 	}
 	if ok, _, err := conn.Exists("/idle"); err != nil || !ok {
 		t.Fatalf("ephemeral after idling: %v %v", ok, err)
