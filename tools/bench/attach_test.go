@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	ozk "github.com/oproute/oproute/backends/zk"
 	"github.com/oproute/oproute/internal/testutil"
 	"github.com/oproute/oproute/router"
 	"github.com/oproute/oproute/tools/testbed"
@@ -308,6 +309,25 @@ func TestAttachedClusterLeavesNoKeys(t *testing.T) {
 		t.Errorf("%d keys under %q, which the run was not to use", n, DefaultKeyPrefix)
 	}
 
+	// A fleet on the attached cluster writes and watches under the run's
+	// prefix only, where the cleanup finds its keys.
+	fleetCluster, err := Etcd{}.Attach(ctx, AttachOptions{Endpoints: tb.Endpoints(), TLS: tb.ClientTLS(), Username: "root", Password: "rootpw", KeyPrefix: "routebench/fleet/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := count("")
+	res, err := RunFleet(ctx, fleetCluster, FleetOptions{Policy: router.Hybrid, Clients: 3, Window: time.Second, Rate: 5, Settle: 200 * time.Millisecond, Streams: true, KeyPrefix: "routebench/fleet/"})
+	fleetCluster.Close()
+	if err != nil || res.Failed != "" {
+		t.Fatalf("a fleet on the attached cluster: %v %s", err, res.Failed)
+	}
+	if all, under := count("")-before, count("routebench/fleet/"); under == 0 || all != under {
+		t.Errorf("the fleet wrote %d keys, %d of them under its prefix: want some, all there", all, under)
+	}
+	if _, err := root.Delete(ctx, "routebench/fleet/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+
 	// Two runs given one prefix: the claim is one transaction, and the
 	// second finds the first's key.
 	attached, err := Etcd{}.Attach(ctx, AttachOptions{Endpoints: tb.Endpoints(), TLS: tb.ClientTLS(), Username: "root", Password: "rootpw", KeyPrefix: "routebench/claimed/"})
@@ -398,5 +418,62 @@ func TestAttachedEnsembleKeepsWhatWasThere(t *testing.T) {
 		if err != nil || string(data) != "keep me" {
 			t.Errorf("the application's %s after the runs: %q, %v; want it as it was", p, data, err)
 		}
+	}
+}
+
+// TestAttachedSecureEnsemble: routebench attached to an ensemble that
+// serves clients over TLS, with the application's znodes behind a digest
+// ACL: its clients connect over TLS as the application's user, run under a
+// prefix inside the protected znode and remove what they made; the
+// application's znode is as it was, and still refuses a session without
+// the digest (the run changed no ACL).
+func TestAttachedSecureEnsemble(t *testing.T) {
+	tb := testbed.StartZKT(t, testbed.ZKOptions{ClientTLS: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	app, _, err := ozk.Connect(tb.Endpoints(), SessionTimeout, ozk.WithTLS(tb.ClientTLS()), ozk.WithConnectTimeout(30*time.Second), ozk.WithLogger(testutil.Discard{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	if err := app.AddAuthContext(ctx, "digest", []byte("app:apppw")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.CreateContext(ctx, "/secure", []byte("keep me"), 0, zk.DigestACL(zk.PermAll, "app", "apppw")); err != nil {
+		t.Fatal(err)
+	}
+	w := DefaultWorkload()
+	w.Duration, w.Warmup, w.Workers, w.Keys = time.Second, 200*time.Millisecond, 2, 20
+	r, err := NewRunner(Options{Backend: ZooKeeper{}, Workload: w, Trials: 1, Policies: []string{router.Hybrid},
+		Endpoints: tb.Endpoints(), Attach: AttachOptions{TLS: tb.ClientTLS(), Username: "app", Password: "apppw"},
+		KeyPrefix: "secure/run/", Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	comps, err := r.Run(ctx, ScenarioZKHealthy)
+	if cerr := r.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range Results(comps) {
+		if res.Reads == 0 || res.Writes == 0 {
+			t.Errorf("%s over TLS with the digest: %d reads, %d writes, %d errors", res.Policy, res.Reads, res.Writes, res.Errors)
+		}
+	}
+	if ok, _, err := app.ExistsContext(ctx, "/secure/run"); err != nil || ok {
+		t.Errorf("the run's parent /secure/run: exists %v (%v), want it deleted", ok, err)
+	}
+	if data, _, err := app.GetContext(ctx, "/secure"); err != nil || string(data) != "keep me" {
+		t.Errorf("the application's /secure after the run: %q, %v; want it as it was", data, err)
+	}
+	anon, _, err := ozk.Connect(tb.Endpoints(), SessionTimeout, ozk.WithTLS(tb.ClientTLS()), ozk.WithConnectTimeout(30*time.Second), ozk.WithLogger(testutil.Discard{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	if _, _, err := anon.GetContext(ctx, "/secure"); !errors.Is(err, zk.ErrNoAuth) {
+		t.Errorf("a session without the digest reading /secure: %v, want zk.ErrNoAuth", err)
 	}
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +44,10 @@ type FleetOptions struct {
 	// on etcd a watch and a lease's keep-alive (a 60 s lease, the default
 	// of etcd's concurrency sessions), on ZooKeeper a watch.
 	Streams bool
+	// KeyPrefix is where the clients' keys go, the run's prefix
+	// (Options.KeyPrefix), so that an attached cluster's cleanup removes
+	// them; empty: DefaultKeyPrefix.
+	KeyPrefix string
 }
 
 // streamHolder is a client that can hold the streams of FleetOptions.Streams.
@@ -97,6 +102,9 @@ func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, err
 	if o.Failover && o.Rate <= 0 {
 		return res, errors.New("bench: a fleet failover needs writes (Rate > 0)")
 	}
+	// Each client's write key, then each one's stream key, under the run's
+	// prefix.
+	keys := keySpace(cmp.Or(o.KeyPrefix, DefaultKeyPrefix))
 	clients := make([]Client, 0, o.Clients)
 	defer func() {
 		var wg sync.WaitGroup
@@ -120,7 +128,7 @@ func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, err
 			if !ok {
 				return res, fmt.Errorf("bench: %s clients hold no streams", o.Policy)
 			}
-			stop, err := sh.HoldStreams(ctx, fmt.Sprintf("fleet/w/%d", len(clients)))
+			stop, err := sh.HoldStreams(ctx, keys.key(o.Clients+len(clients)))
 			if err != nil {
 				res.Failed = fmt.Sprintf("client %d of %d could not open its streams: %v", len(clients), o.Clients, err)
 				return res, nil
@@ -142,7 +150,7 @@ func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, err
 		every := time.Duration(float64(time.Second) / o.Rate)
 		for k, c := range clients {
 			writers.Go(func() {
-				key := fmt.Sprintf("fleet/%d", k)
+				key := keys.key(k)
 				// Spread the clients' first writes over one period.
 				t := time.NewTimer(time.Duration(k) * every / time.Duration(len(clients)))
 				defer t.Stop()
@@ -416,7 +424,7 @@ func (r *Runner) RunFleets(ctx context.Context, cases []FleetCase, policies []st
 					return out, err
 				}
 				label := fmt.Sprintf("fleet %s: %d clients, %.0f writes/s each%s%s, trial %d", p, fc.Clients, fc.Rate, streamsLabel(fc.Streams), failoverLabel(fc.Failover, fc.Move), trial+1)
-				o := FleetOptions{Policy: p, Clients: fc.Clients, Window: fc.window(), Rate: fc.Rate, Failover: fc.Failover, Move: fc.Move, Streams: fc.Streams, Settle: 5 * time.Second}
+				o := FleetOptions{Policy: p, Clients: fc.Clients, Window: fc.window(), Rate: fc.Rate, Failover: fc.Failover, Move: fc.Move, Streams: fc.Streams, Settle: 5 * time.Second, KeyPrefix: r.opts.KeyPrefix}
 				if r.opts.Progress != nil {
 					r.opts.Progress.Start(label, o.Settle+o.Window)
 				}

@@ -225,8 +225,16 @@ func run() error {
 		}
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP too: a closed terminal must not leave an attached cluster
+	// holding the run's keys.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	// After the first signal the run stops and cleans up; a second one
+	// ends the process at once (the default), should the cleanup hang.
+	context.AfterFunc(ctx, func() {
+		stop()
+		logf("interrupted: writing what was measured and cleaning up; interrupt again to quit at once (an attached cluster may then keep the run's keys)")
+	})
 	if *scenario == bench.ScenarioFleet {
 		opts := runs[0]
 		opts.Progress = newProgress()
