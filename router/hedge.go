@@ -292,11 +292,16 @@ func (r *Router) Hedges() HedgeStats {
 // back to the pool rather than failing). The hedge must not share anything
 // the first attempt writes: reply buffers, output call options. The first
 // answer wins and the other attempt's context is cancelled: its backend
-// reports it CallerGaveUp, never a fault. answered tells an answer (a
-// result, or an error on the merits) from a failure; a failed attempt
+// reports it CallerGaveUp, never a fault. outcome is the backend's
+// classification of an attempt's error (OK for nil): an attempt that
+// answered (OK or AppError, a refusal on the merits) wins; a failed one
 // waits for the other, and when both fail the first's error is returned.
 // Without a hedge it is attempt(ctx, false).
-func Hedge[T any](ctx context.Context, r *Router, op Op, attempt func(ctx context.Context, hedge bool) (T, error), answered func(error) bool) (T, error) {
+func Hedge[T any](ctx context.Context, r *Router, op Op, attempt func(ctx context.Context, hedge bool) (T, error), outcome func(error) Outcome) (T, error) {
+	answered := func(err error) bool {
+		o := outcome(err)
+		return o == OK || o == AppError
+	}
 	delay, ok := r.hedgeDelay(ctx, op)
 	if !ok {
 		return attempt(ctx, false)

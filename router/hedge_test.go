@@ -114,7 +114,13 @@ func readAt(tr testRouter, fast map[string]bool, picked chan<- string) func(ctx 
 	}
 }
 
-func answered(err error) bool { return err == nil }
+// outcome classifies a test attempt's error: any error is a fault.
+func outcome(err error) Outcome {
+	if err != nil {
+		return MemberFault
+	}
+	return OK
+}
 
 func TestHedgeDelayFromThePoolsQuantile(t *testing.T) {
 	clock := newTimerClock()
@@ -195,7 +201,7 @@ func TestHedgeFirstAnswerWins(t *testing.T) {
 				return "", ctx.Err()
 			}
 			return attempt(ctx, hedge)
-		}, answered)
+		}, outcome)
 		if err != nil {
 			v = "error: " + err.Error()
 		}
@@ -239,7 +245,7 @@ oproute_hedged_reads_total{result="won"} 1
 func TestHedgeNotSentWhenTheFirstAnswers(t *testing.T) {
 	tr, clock := hedgingRouter(t, HedgeConfig{Enabled: true})
 	v, err := Hedge(context.Background(), tr.Router, LinearizableRead,
-		readAt(tr, map[string]bool{"m0": true, "m1": true, "m2": true}, nil), answered)
+		readAt(tr, map[string]bool{"m0": true, "m1": true, "m2": true}, nil), outcome)
 	if err != nil || v == "" {
 		t.Fatalf("read = %q, %v", v, err)
 	}
@@ -280,7 +286,7 @@ func hedgedRead(tr testRouter, picked chan<- string, first, second <-chan Outcom
 				p.Done(CallerGaveUp)
 				return "", ctx.Err()
 			}
-		}, answered)
+		}, outcome)
 		if err != nil {
 			v = "error: " + err.Error()
 		}

@@ -217,7 +217,7 @@ func (c *Client) hedge(ctx context.Context, op router.Op, method string, req, re
 		out := newReply()
 		own, publish := privateOutputs(opts)
 		return answer{out, publish}, invoker(ctx, method, req, out, cc, own...)
-	}, answeredRead)
+	}, hedgeOutcome)
 	if won.publish != nil {
 		setReply(won.reply)
 		won.publish()
@@ -275,10 +275,9 @@ func privateOutputs(opts []grpc.CallOption) ([]grpc.CallOption, func()) {
 	}
 }
 
-// answeredRead tells a read's answer (a result, or an error on the merits)
-// from a failure that another member might not have had.
-func answeredRead(err error) bool {
-	return err == nil || outcomeOf(context.Background(), balancer.DoneInfo{Err: err, BytesSent: true}) == router.AppError
+// hedgeOutcome is a hedged read attempt's outcome: its error, sent.
+func hedgeOutcome(err error) router.Outcome {
+	return outcomeOf(context.Background(), balancer.DoneInfo{Err: err, BytesSent: true})
 }
 
 // classify is the class of an RPC as the picker sees it: the one the

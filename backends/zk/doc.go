@@ -76,8 +76,9 @@
 // offers the server the session belongs on first and whose dialer tells
 // the Conn where it is, so that the Conn can move it: closing its TCP
 // connection makes go-zookeeper reconnect elsewhere and resume the same
-// session. The router's probes (the srvr four-letter command, every
-// 250 ms) drive the moves:
+// session. The router's probes (the srvr four-letter command: every
+// 250 ms while the Conn settles; settled, every 10 s or so, of the leader
+// and the servers its calls went to, see Resources) drive the moves:
 //
 //   - The primary session follows the leader (the sticky server under the
 //     sticky policy). When the leader changes, new requests are held back,

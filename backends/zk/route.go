@@ -129,13 +129,7 @@ func read[T any](c *Conn, ctx context.Context, path string, fn func(*zk.Conn) (T
 			attempts = 1 // the first attempt still has its own retry
 		}
 		return route(c, ctx, op, attempts, nil, call)
-	}, answered)
-}
-
-// answered tells a read's answer (a result, or an error on the merits such
-// as ErrNoNode) from a failure another server might not have had.
-func answered(err error) bool {
-	return err == nil || outcomeOf(context.Background(), err) == router.AppError
+	}, func(err error) router.Outcome { return outcomeOf(context.Background(), err) })
 }
 
 // noHedge marks a read that sets a watch: the watch lives on the session

@@ -81,21 +81,15 @@ func (c *etcdCluster) Leader(ctx context.Context) (int, error) {
 	if c.tb != nil {
 		return c.tb.Leader(ctx)
 	}
-	votes := map[uint64]int{}
-	ids := map[uint64]int{}
+	sts := make([]*pb.StatusResponse, len(c.endpoints))
 	for i := range c.endpoints {
-		st, err := c.status(ctx, i)
-		if err != nil {
-			continue
-		}
-		ids[st.Header.MemberId] = i
-		if st.Leader != 0 {
-			votes[st.Leader]++
-		}
+		sts[i], _ = c.status(ctx, i) // nil: no answer, no vote
 	}
-	for id, n := range votes {
-		if i, ok := ids[id]; ok && n > len(c.endpoints)/2 {
-			return i, nil
+	if leader, ok := testbed.MajorityLeader(sts, len(c.endpoints)); ok {
+		for i, st := range sts {
+			if st != nil && st.Header.MemberId == leader {
+				return i, nil
+			}
 		}
 	}
 	return -1, testbed.ErrNoLeader

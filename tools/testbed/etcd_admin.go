@@ -54,32 +54,21 @@ func (c *EtcdCluster) Status(ctx context.Context, i int) (*pb.StatusResponse, er
 // Leader returns the index of the member that a majority of the running
 // members names as leader at the highest term they report.
 func (c *EtcdCluster) Leader(ctx context.Context) (int, error) {
-	type vote struct {
-		leader uint64
-		term   uint64
-	}
-	votes := map[vote]int{}
+	sts := make([]*pb.StatusResponse, len(c.members))
 	for i := range c.members {
 		if c.members[i].PID() == 0 {
 			continue
 		}
-		st, err := c.Status(ctx, i)
-		if err != nil || st.Leader == 0 {
-			continue
-		}
-		votes[vote{st.Leader, st.RaftTerm}]++
-	}
-	best, n := vote{}, 0
-	for v, k := range votes {
-		if k > n || (k == n && v.term > best.term) {
-			best, n = v, k
+		if st, err := c.Status(ctx, i); err == nil {
+			sts[i] = st
 		}
 	}
-	if n <= c.voters()/2 {
+	leader, ok := MajorityLeader(sts, c.voters())
+	if !ok {
 		return -1, ErrNoLeader
 	}
 	for i, m := range c.members {
-		if m.ID() == best.leader {
+		if m.ID() == leader {
 			if m.PID() == 0 {
 				// The survivors have not noticed yet that it died.
 				return -1, ErrNoLeader
@@ -89,11 +78,35 @@ func (c *EtcdCluster) Leader(ctx context.Context) (int, error) {
 	}
 	// IDs not learnt yet (start-up): ask each member who it is.
 	for i := range c.members {
-		if st, err := c.Status(ctx, i); err == nil && st.Header.MemberId == best.leader {
+		if st, err := c.Status(ctx, i); err == nil && st.Header.MemberId == leader {
 			return i, nil
 		}
 	}
 	return -1, ErrNoLeader
+}
+
+// MajorityLeader returns the member ID that more than half of voters name
+// as leader in sts (one Status answer per member, nil where none came),
+// the highest term deciding between names given as often: the one rule
+// for telling an etcd cluster's leader from its members' own answers.
+func MajorityLeader(sts []*pb.StatusResponse, voters int) (uint64, bool) {
+	type vote struct {
+		leader uint64
+		term   uint64
+	}
+	votes := map[vote]int{}
+	for _, st := range sts {
+		if st != nil && st.Leader != 0 {
+			votes[vote{st.Leader, st.RaftTerm}]++
+		}
+	}
+	best, n := vote{}, 0
+	for v, k := range votes {
+		if k > n || (k == n && v.term > best.term) {
+			best, n = v, k
+		}
+	}
+	return best.leader, n > voters/2
 }
 
 // voters returns how many members the cluster has, removed ones aside.
