@@ -410,6 +410,21 @@ func TestAttachedEnsembleKeepsWhatWasThere(t *testing.T) {
 	if ok, _, err := app.Exists("/appdata/run"); err != nil || ok {
 		t.Errorf("the run's own parent /appdata/run: exists %v (%v), want it deleted", ok, err)
 	}
+	// A fleet needs the probes counted, which ZooKeeper's servers do not:
+	// refused before any client connects.
+	fleetCluster, err := ZooKeeper{}.Attach(ctx, AttachOptions{Endpoints: tb.Endpoints(), KeyPrefix: "appdata/fleet/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = RunFleet(ctx, fleetCluster, FleetOptions{Policy: router.Hybrid, Clients: 3, Window: time.Second, Rate: 5, Settle: 5 * time.Second, KeyPrefix: "appdata/fleet/"})
+	fleetCluster.Close()
+	if !errors.Is(err, ErrNoProbeCounts) || time.Since(start) > 4*time.Second {
+		t.Errorf("a fleet on an attached ensemble: %v after %v, want ErrNoProbeCounts before the clients settle", err, time.Since(start))
+	}
+	if err := app.Delete("/appdata/fleet", -1); err != nil { // the attach's claim; a runner's cleanup removes it
+		t.Fatal(err)
+	}
 	if err := run("appdata/config/"); !errors.Is(err, ErrPrefixInUse) {
 		t.Errorf("a run on a prefix naming the application's znode: %v, want ErrPrefixInUse", err)
 	}

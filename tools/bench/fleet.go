@@ -89,8 +89,11 @@ type probeCounter interface {
 	ProbeRequests(ctx context.Context) (uint64, error)
 }
 
-// ErrNoProbeCounts: the cluster cannot count the probes its members answer.
-var ErrNoProbeCounts = errors.New("bench: the cluster does not count probes (needs the test bed)")
+// ErrNoProbeCounts: the cluster cannot count the probes its members
+// answer. etcd members count theirs (Status in /metrics); ZooKeeper
+// servers count no four-letter words, so an attached ensemble cannot run
+// a fleet: on the test bed its proxies count them.
+var ErrNoProbeCounts = errors.New("bench: the cluster does not count the probes its members answer (a ZooKeeper ensemble's are counted by the test bed's proxies only)")
 
 // RunFleet runs one fleet on cl.
 func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, error) {
@@ -98,6 +101,10 @@ func RunFleet(ctx context.Context, cl Cluster, o FleetOptions) (FleetResult, err
 	pc, ok := cl.(probeCounter)
 	if !ok {
 		return res, ErrNoProbeCounts
+	}
+	// Known before the clients connect, not after they settle.
+	if _, err := pc.ProbeRequests(ctx); err != nil {
+		return res, err
 	}
 	if o.Failover && o.Rate <= 0 {
 		return res, errors.New("bench: a fleet failover needs writes (Rate > 0)")
