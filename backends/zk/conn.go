@@ -83,6 +83,9 @@ type Conn struct {
 	ctx      context.Context // ends at Close: bounds background moves
 	cancel   context.CancelFunc
 	bg       sync.WaitGroup // background moves, waited for by Close
+	// bgMu orders a background start from a caller's goroutine (a Lock's
+	// sweep, startBackground) with Close's wait for bg.
+	bgMu sync.Mutex
 
 	onEvent  func(router.Event)
 	moves    atomic.Uint64    // sessions established on another server than their last
@@ -219,6 +222,17 @@ func (c *Conn) State() zk.State {
 	return c.primary.zk.State()
 }
 
+// startBackground runs fn in the background unless the Conn is closed;
+// Close waits for it. For starts from callers' goroutines, which nothing
+// else orders with Close.
+func (c *Conn) startBackground(fn func()) {
+	c.bgMu.Lock()
+	defer c.bgMu.Unlock()
+	if !c.closed.Load() {
+		c.bg.Go(fn)
+	}
+}
+
 // Server returns the server the primary session is connected to.
 func (c *Conn) Server() string { return c.primary.zk.Server() }
 
@@ -233,6 +247,10 @@ func (c *Conn) Close() {
 	close(c.done)
 	c.cancel()
 	c.r.Close() // no more probe rounds, so no more moves start
+	// A startBackground that saw the Conn open has added to bg by now.
+	c.bgMu.Lock()
+	//lint:ignore SA2001 an empty critical section: a barrier
+	c.bgMu.Unlock()
 	c.bg.Wait()
 	c.releaseProbes()
 	var wg sync.WaitGroup

@@ -117,27 +117,31 @@ func (l *Lock) create(ctx context.Context, data []byte) (string, error) {
 	if path, ok := l.find(cctx, name); ok {
 		return "", errors.Join(err, l.remove(path))
 	}
-	// Not there, or not known: go-zookeeper may still send the create once
-	// the session reconnects (after a long election, say), and the node
-	// would take the lock for nobody while the session lives. Looked for
-	// in the background until it appears or orphanSweep ends, and by every
-	// later attempt of this Lock.
-	// The last few are kept: older ones the background sweep covers.
-	l.abandoned = append(l.abandoned[max(0, len(l.abandoned)-15):], name)
-	l.c.bg.Go(func() { l.c.sweepOrphan(l.path, name) })
+	// Unanswered (a member fault, or no answer within the session
+	// timeout) on a live session: go-zookeeper may still send the create
+	// once the session reconnects, or the leader commit it once it has a
+	// quorum, and the node would take the lock for nobody while the
+	// session lives. Looked for in the background for a while, and by
+	// every later attempt of this Lock. A refusal (no auth, a bad ACL) or
+	// a closed or expired Conn leaves no node to look for.
+	if (isMemberFault(err) || errors.Is(err, context.DeadlineExceeded)) && l.c.check(context.Background()) == nil {
+		// The last few are kept: older ones the background sweep covers.
+		l.abandoned = append(l.abandoned[max(0, len(l.abandoned)-15):], name)
+		l.c.startBackground(func() { l.c.sweepOrphan(l.path, name) })
+	}
 	return "", err
 }
 
-// orphanSweep bounds the background look for an abandoned create's node:
+// orphanSweep bounds the background look for an abandoned create's nodes:
 // a session outlives an election of up to its timeout, and a reconnection
 // sends what was queued.
 func orphanSweep(sessionTimeout time.Duration) time.Duration {
 	return max(30*time.Second, 4*sessionTimeout)
 }
 
-// sweepOrphan removes the lock node of an abandoned create (name, under
-// path) once it appears, looking every second until orphanSweep ends or
-// the Conn closes.
+// sweepOrphan removes the lock nodes of an abandoned create (name, under
+// path: up to one per try of the create), looking every second until
+// orphanSweep ends or the Conn closes.
 func (c *Conn) sweepOrphan(path, name string) {
 	l := &Lock{c: c, path: path}
 	end := time.Now().Add(orphanSweep(c.sessionTimeout))
@@ -148,11 +152,15 @@ func (c *Conn) sweepOrphan(path, name string) {
 		case <-time.After(time.Second):
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, c.sessionTimeout)
-		node, ok := l.find(linearizable(ctx), name)
+		children, _, err := c.ChildrenContext(linearizable(ctx), path)
 		cancel()
-		if ok {
-			l.remove(node) // a failure leaves it to the Lock's next attempt
-			return
+		if err != nil {
+			continue
+		}
+		for _, p := range children {
+			if strings.HasPrefix(p, name) {
+				l.remove(path + "/" + p) // a failure leaves it to the next look, or the Lock's next attempt
+			}
 		}
 	}
 }

@@ -84,15 +84,13 @@ func TestAPIServerPatch(t *testing.T) {
 	// rate limiter: on the unpatched module it fails about 1 run in 25 with
 	// six copies running at once (kubernetes/kubernetes#140526, open).
 	const upstreamFlaky = "^TestTimeTravelHealthcheck$"
-	// The builds first, holding the cores (they load both), then the
-	// three runs at once: they mostly wait (on their etcd, on the health
-	// checks' timers). The race build is run twice.
-	bin := t.TempDir()
-	factoryTest, plainTest := filepath.Join(bin, "factory.test"), filepath.Join(bin, "factory-plain.test")
+	// The build first, holding the cores (it loads both), then the three
+	// runs of it at once: they mostly wait (on their etcd, on the health
+	// checks' timers).
+	factoryTest := filepath.Join(t.TempDir(), "factory.test")
 	t.Run("build", func(t *testing.T) {
 		testutil.HoldCores(t)
 		run(t, mod, nil, gobin, "test", "-race", "-c", "-o", factoryTest, pkg)
-		run(t, mod, nil, gobin, "test", "-c", "-o", plainTest, pkg)
 	})
 	if t.Failed() {
 		return
@@ -103,7 +101,7 @@ func TestAPIServerPatch(t *testing.T) {
 	// does not know, the TLS test's client fails with the patch's error.
 	t.Run("unknown policy", func(t *testing.T) {
 		t.Parallel()
-		cmd := command(t, pkgDir, []string{"OPROUTE_ETCD_POLICY=no_such_policy"}, plainTest, "-test.count=1", "-test.run", "TestTLSConnection")
+		cmd := command(t, pkgDir, []string{"OPROUTE_ETCD_POLICY=no_such_policy"}, factoryTest, "-test.count=1", "-test.timeout=5m", "-test.paniconexit0", "-test.run", "TestTLSConnection")
 		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "routed etcd client (OPROUTE_ETCD_POLICY=no_such_policy)") {
 			t.Fatalf("with an unknown policy the factory's TLS test should fail in the routed constructor: %v\n%s", err, out)
@@ -116,7 +114,7 @@ func TestAPIServerPatch(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			out := run(t, pkgDir, []string{"OPROUTE_ETCD_POLICY=" + policy}, factoryTest, "-test.count=1", "-test.v", "-test.skip", upstreamFlaky)
+			out := run(t, pkgDir, []string{"OPROUTE_ETCD_POLICY=" + policy}, factoryTest, "-test.count=1", "-test.timeout=5m", "-test.paniconexit0", "-test.v", "-test.skip", upstreamFlaky)
 			passed := strings.Count(out, "--- PASS")
 			if passed == 0 || strings.Contains(out, "--- FAIL") {
 				t.Fatalf("the factory's tests on the patched copy: %d passed\n%s", passed, out)

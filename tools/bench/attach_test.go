@@ -480,6 +480,9 @@ func TestAttachedSecureEnsemble(t *testing.T) {
 	if ok, _, err := app.ExistsContext(ctx, "/secure/run"); err != nil || ok {
 		t.Errorf("the run's parent /secure/run: exists %v (%v), want it deleted", ok, err)
 	}
+	if acl, _, err := app.GetACLContext(ctx, "/secure"); err != nil || !reflect.DeepEqual(acl, zk.DigestACL(zk.PermAll, "app", "apppw")) {
+		t.Errorf("the application's /secure ACL after the run: %v, %v; want it as it was", acl, err)
+	}
 	if data, _, err := app.GetContext(ctx, "/secure"); err != nil || string(data) != "keep me" {
 		t.Errorf("the application's /secure after the run: %q, %v; want it as it was", data, err)
 	}

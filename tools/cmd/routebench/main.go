@@ -225,16 +225,8 @@ func run() error {
 		}
 	}
 
-	// SIGHUP too: a closed terminal must not leave an attached cluster
-	// holding the run's keys.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	ctx, stop := interruptible(logf)
 	defer stop()
-	// After the first signal the run stops and cleans up; a second one
-	// ends the process at once (the default), should the cleanup hang.
-	context.AfterFunc(ctx, func() {
-		stop()
-		logf("interrupted: writing what was measured and cleaning up; interrupt again to quit at once (an attached cluster may then keep the run's keys)")
-	})
 	if *scenario == bench.ScenarioFleet {
 		opts := runs[0]
 		opts.Progress = newProgress()
@@ -864,4 +856,45 @@ func runCosts(ctx context.Context, r *bench.Runner, opts bench.Options, out stri
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "routebench: "+format+"\n", args...)
+}
+
+// interruptible is the run's context: the first SIGINT, SIGTERM or SIGHUP
+// (a closed terminal must not leave an attached cluster holding the run's
+// keys) ends it, and the run writes what it measured and cleans up. A
+// second SIGINT or SIGTERM then quits at once, should the cleanup hang; a
+// second SIGHUP does not (a closing terminal sends more than one), nor does
+// a write to a closed pipe (SIGPIPE: stderr through a pager or tee that
+// went with the terminal). stop ends the handling.
+func interruptible(logf func(string, ...any)) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	// Handled, so that a write to a closed pipe fails instead of killing
+	// the process; nothing reads the channel.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			logf("%v: writing what was measured and cleaning up; interrupt again (SIGINT, SIGTERM) to quit at once (an attached cluster may then keep the run's keys)", s)
+			cancel()
+		case <-done:
+			return
+		}
+		for {
+			select {
+			case s := <-sigs:
+				if s != syscall.SIGHUP {
+					os.Exit(130)
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
 }
