@@ -24,7 +24,6 @@ import (
 
 	"github.com/oproute/oproute/backends/etcd"
 	"github.com/oproute/oproute/router"
-	"github.com/oproute/oproute/tools/conformance"
 	"github.com/oproute/oproute/tools/testbed"
 	"github.com/oproute/oproute/tools/testbed/proxy"
 )
@@ -589,7 +588,7 @@ func TestMetricsAndEvents(t *testing.T) {
 	}
 	after := ranges()
 	for i, ep := range eps {
-		routed := conformance.Metric(t, reg, "oproute_operations_total", "member", ep, "class", "linearizable_read", "outcome", "ok")
+		routed := testutil.Metric(t, reg, "oproute_operations_total", "member", ep, "class", "linearizable_read", "outcome", "ok")
 		served := float64(after[i] - before[i])
 		t.Logf("m%d: %v reads in the metrics, %v Ranges served by its /metrics", i, routed, served)
 		if routed != served {
@@ -598,8 +597,8 @@ func TestMetricsAndEvents(t *testing.T) {
 	}
 	// Each answered read is in its member's histogram (hybrid spreads the
 	// 300 evenly, unless the machine made a member look slow for a while).
-	ok1 := conformance.Metric(t, reg, "oproute_operations_total", "member", eps[1], "class", "linearizable_read", "outcome", "ok")
-	if h := conformance.Metric(t, reg, "oproute_read_latency_seconds", "member", eps[1]); h != ok1 || h == 0 {
+	ok1 := testutil.Metric(t, reg, "oproute_operations_total", "member", eps[1], "class", "linearizable_read", "outcome", "ok")
+	if h := testutil.Metric(t, reg, "oproute_read_latency_seconds", "member", eps[1]); h != ok1 || h == 0 {
 		t.Errorf("m1's read latency histogram holds %v reads, want the %v it answered", h, ok1)
 	}
 
@@ -619,7 +618,7 @@ func TestMetricsAndEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Poll(t, 10*time.Second, "the killed member down in the metrics", func() bool {
-		return conformance.Metric(t, reg, "oproute_member_up", "member", eps[2]) == 0
+		return testutil.Metric(t, reg, "oproute_member_up", "member", eps[2]) == 0
 	})
 	if n := unreachable() - unreachable0; n != 1 {
 		t.Errorf("%d %s warnings for the killed member, want 1: %v", n, router.EventUnreachable, logs.All())

@@ -14,7 +14,6 @@ import (
 
 	ozk "github.com/oproute/oproute/backends/zk"
 	"github.com/oproute/oproute/router"
-	"github.com/oproute/oproute/tools/conformance"
 	"github.com/oproute/oproute/tools/testbed"
 )
 
@@ -94,7 +93,7 @@ func TestMetricsAndEventsOnAnEnsemble(t *testing.T) {
 	// more than was routed to it, by a ping a second at most.
 	pings := 1 + time.Since(start).Seconds()
 	for i, ep := range eps {
-		routed := conformance.Metric(t, reg, "oproute_operations_total", "member", ep, "class", "linearizable_read", "outcome", "ok")
+		routed := testutil.Metric(t, reg, "oproute_operations_total", "member", ep, "class", "linearizable_read", "outcome", "ok")
 		// mntr counts a linearizable read's sync as a read too.
 		served := float64(reads1[i]-reads0[i]) / 2
 		t.Logf("z%d: %v reads in the metrics, %v (sync+read pairs) served by its mntr", i, routed, served)
@@ -113,7 +112,7 @@ func TestMetricsAndEventsOnAnEnsemble(t *testing.T) {
 	}
 	defer c.Resume(frozen)
 	testutil.Poll(t, 10*time.Second, "the frozen server down in the metrics", func() bool {
-		return conformance.Metric(t, reg, "oproute_member_up", "member", eps[frozen]) == 0
+		return testutil.Metric(t, reg, "oproute_member_up", "member", eps[frozen]) == 0
 	})
 	testutil.Poll(t, 10*time.Second, "its session moved", func() bool {
 		return rec.count(ozk.EventSessionMoved, "from="+eps[frozen]) > 0
@@ -121,7 +120,7 @@ func TestMetricsAndEventsOnAnEnsemble(t *testing.T) {
 	if k := rec.count(router.EventUnreachable, "member="+eps[frozen]) - unreachable0; k != 1 {
 		t.Errorf("%d %s events for the frozen server, want 1", k, router.EventUnreachable)
 	}
-	if moves := conformance.Metric(t, reg, "oproute_zk_session_moves_total"); moves < 1 {
+	if moves := testutil.Metric(t, reg, "oproute_zk_session_moves_total"); moves < 1 {
 		t.Errorf("session moves = %v", moves)
 	}
 	if err := c.Resume(frozen); err != nil {
