@@ -152,15 +152,10 @@ func (c *Conn) sweepOrphan(path, name string) {
 		case <-time.After(time.Second):
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, c.sessionTimeout)
-		children, _, err := c.ChildrenContext(linearizable(ctx), path)
+		nodes, _ := l.named(ctx, name)
 		cancel()
-		if err != nil {
-			continue
-		}
-		for _, p := range children {
-			if strings.HasPrefix(p, name) {
-				l.remove(path + "/" + p) // a failure leaves it to the next look, or the Lock's next attempt
-			}
+		for _, node := range nodes {
+			l.remove(node) // a failure leaves it to the next look, or the Lock's next attempt
 		}
 	}
 }
@@ -178,16 +173,27 @@ func (l *Lock) createParents(ctx context.Context) error {
 
 // find returns the lock node whose name starts with name, if any.
 func (l *Lock) find(ctx context.Context, name string) (string, bool) {
-	children, _, err := l.c.ChildrenContext(linearizable(ctx), l.path)
-	if err != nil {
+	nodes, _ := l.named(ctx, name)
+	if len(nodes) == 0 {
 		return "", false
 	}
+	return nodes[0], true
+}
+
+// named returns the lock nodes whose names start with name (a create tried
+// more than once may have made several), read linearizably.
+func (l *Lock) named(ctx context.Context, name string) ([]string, error) {
+	children, _, err := l.c.ChildrenContext(linearizable(ctx), l.path)
+	if err != nil {
+		return nil, err
+	}
+	var nodes []string
 	for _, p := range children {
 		if strings.HasPrefix(p, name) {
-			return l.path + "/" + p, true
+			nodes = append(nodes, l.path+"/"+p)
 		}
 	}
-	return "", false
+	return nodes, nil
 }
 
 // wait returns once our node (path, seq) is the lowest under the lock's
