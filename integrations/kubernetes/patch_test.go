@@ -2,6 +2,9 @@ package kubernetes_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,16 +55,7 @@ func TestAPIServerPatch(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	apiserver := filepath.Join(t.TempDir(), "apiserver")
-	if err := os.CopyFS(apiserver, os.DirFS(src)); err != nil {
-		t.Fatal(err)
-	}
-	// git apply outside a repository: a temporary directory inside a work
-	// tree would make it resolve paths from that tree's top and skip them.
-	run(t, apiserver, []string{"GIT_CEILING_DIRECTORIES=" + filepath.Dir(apiserver)}, "git", "apply", "--verbose", patch)
-	if _, err := os.Stat(filepath.Join(apiserver, "pkg/storage/storagebackend/factory/oproute.go")); err != nil {
-		t.Fatalf("the patch did not apply: %v", err)
-	}
+	apiserver := patchedCopy(t, src, patch)
 
 	// A module of its own with this module's requirements and sums, the
 	// patched copy in place of k8s.io/apiserver.
@@ -126,6 +120,87 @@ func TestAPIServerPatch(t *testing.T) {
 			}
 			t.Logf("%s: %d tests and subtests passed", pkg, passed)
 		})
+	}
+}
+
+// patchedCopy returns a copy of the module at src with patch applied,
+// kept in the user's cache directory under a name derived from both and
+// reused while they are unchanged: the build cache keys each package by
+// its directory, so a copy in a new directory each run recompiled the
+// copy's packages under the race detector (about a minute on two cores)
+// where a warm run now only links. A copy is made beside its final place
+// and renamed into it, so that a run beside this one never sees a partial
+// copy; copies of other inputs unused for a day are removed.
+func patchedCopy(t *testing.T, src, patch string) string {
+	t.Helper()
+	body, err := os.ReadFile(patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n", src) // the module cache's directory names the version
+	h.Write(body)
+	key := hex.EncodeToString(h.Sum(nil))[:16]
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		t.Logf("no user cache directory (%v): the copy is the test's own", err)
+		cache = t.TempDir()
+	}
+	parent := filepath.Join(cache, "oproute", "apiserver-patched")
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sweepPatchedCopies(t, parent, key)
+	final := filepath.Join(parent, key)
+	if _, err := os.Stat(filepath.Join(final, patchedMarker)); err == nil {
+		now := time.Now()
+		os.Chtimes(final, now, now) // in use: not for another run's sweep
+		return final
+	}
+	tmp, err := os.MkdirTemp(parent, key+".tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tmp) // gone once renamed; a failed copy's leftovers otherwise
+	copyDir := filepath.Join(tmp, "apiserver")
+	if err := os.CopyFS(copyDir, os.DirFS(src)); err != nil {
+		t.Fatal(err)
+	}
+	// git apply outside a repository: a directory inside a work tree would
+	// make it resolve paths from that tree's top and skip them.
+	run(t, copyDir, []string{"GIT_CEILING_DIRECTORIES=" + tmp}, "git", "apply", "--verbose", patch)
+	if _, err := os.Stat(filepath.Join(copyDir, "pkg/storage/storagebackend/factory/oproute.go")); err != nil {
+		t.Fatalf("the patch did not apply: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(copyDir, patchedMarker), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(copyDir, final); err != nil {
+		// Another run renamed its copy of the same inputs first: use it.
+		if _, serr := os.Stat(filepath.Join(final, patchedMarker)); serr != nil {
+			t.Fatalf("keeping the patched copy: %v", err)
+		}
+	}
+	return final
+}
+
+// patchedMarker is the file a complete patched copy holds.
+const patchedMarker = ".oproute-patched"
+
+// sweepPatchedCopies removes, from parent, copies other than key's and
+// leftovers of interrupted copies, unused for a day.
+func sweepPatchedCopies(t *testing.T, parent, key string) {
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() == key {
+			continue
+		}
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > 24*time.Hour {
+			os.RemoveAll(filepath.Join(parent, e.Name()))
+		}
 	}
 }
 
