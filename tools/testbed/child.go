@@ -3,6 +3,7 @@ package testbed
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -10,8 +11,6 @@ import (
 	"os/signal"
 	"sync/atomic"
 	"syscall"
-
-	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/oproute/oproute/tools/testbed/proxy"
 )
@@ -190,34 +189,15 @@ func runMember(raw string) int {
 		parentGone = px.serve(net)
 	}
 
-	cfg := embed.NewConfig()
-	cfg.Name, cfg.Dir = spec.Name, spec.Dir
-	cfg.Logger, cfg.LogLevel, cfg.LogOutputs = "zap", "error", []string{"stderr"}
-	cfg.UnsafeNoFsync = true
-	cfg.EnablePprof = os.Getenv("OPROUTE_TESTBED_PPROF") != "" // /debug/pprof on the client URL, for profiling runs
-	cfg.InitialCluster, cfg.ClusterState, cfg.InitialClusterToken = spec.InitialCluster, spec.ClusterState, spec.Token
-	var perr error
-	parse := func(s string) []url.URL {
-		u, err := url.Parse(s)
-		if err != nil {
-			perr = err
-			return nil
-		}
-		return []url.URL{*u}
-	}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = parse(spec.ListenClient), parse(spec.AdvertiseClient)
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = parse(spec.ListenPeer), parse(spec.AdvertisePeer)
-	if perr != nil {
-		fmt.Fprintln(os.Stderr, "testbed member: bad URL:", perr)
-		return 2
-	}
-	cfg.ClientTLSInfo.CertFile, cfg.ClientTLSInfo.KeyFile = spec.CertFile, spec.KeyFile
-	e, err := embed.StartEtcd(cfg)
+	e, err := startMemberServer(spec)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "testbed member: start:", err)
+		fmt.Fprintln(os.Stderr, "testbed member:", err)
+		if errors.Is(err, errBadSpec) {
+			return 2
+		}
 		return 1
 	}
-	<-e.Server.ReadyNotify()
+	<-e.ready
 	fmt.Println(readyLine)
 
 	sig := make(chan os.Signal, 1)
@@ -225,16 +205,16 @@ func runMember(raw string) int {
 	select {
 	case <-sig:
 	case <-parentGone:
-	case err := <-e.Err():
+	case err := <-e.err:
 		fmt.Fprintln(os.Stderr, "testbed member:", err)
-		e.Close()
+		e.close()
 		return 1
-	case <-e.Server.StopNotify():
+	case <-e.stopped:
 		// Removed from the cluster (MemberRemove): etcd stops its server,
 		// and a real member's process ends with it.
 		fmt.Fprintln(os.Stderr, "testbed member: server stopped")
 	}
-	e.Close()
+	e.close()
 	return 0
 }
 
@@ -301,3 +281,14 @@ func portOf(rawURL string) int {
 	fmt.Sscanf(u.Port(), "%d", &port)
 	return port
 }
+
+// memberServer is a member process's running etcd server.
+type memberServer struct {
+	ready   <-chan struct{} // serving
+	err     <-chan error    // failed
+	stopped <-chan struct{} // stopped by the cluster (removed)
+	close   func()
+}
+
+// errBadSpec: a member spec no server can start from.
+var errBadSpec = errors.New("bad member spec")
