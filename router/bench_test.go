@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -73,19 +74,30 @@ func TestPickDoesNotAllocate(t *testing.T) {
 			t.Fatal(err)
 		}
 		testutil.Poll(t, 5*time.Second, "the first probe round", func() bool { return r.rounds.Load() > 0 })
+		// The probe loop ends before the count: the first round's tail
+		// (its snapshot, its events) allocates, and on a loaded machine it
+		// ran into the counted window (1 allocation per run, once in a
+		// whole-suite run beside two others).
+		r.cancel()
+		<-r.done
 		ctx := context.Background()
 		outcomes := []Outcome{OK, AppError, MemberFault, Overloaded, CallerGaveUp, NotSent}
-		allocs := testing.AllocsPerRun(100, func() {
-			for op := range Op(numOps) {
-				for _, o := range outcomes {
-					p, err := r.Pick(ctx, op)
-					if err != nil {
-						t.Fatal(err)
+		// The least of three counts: the count is of the whole process's
+		// allocations, and an allocation in Pick or Done is in every one.
+		allocs := math.Inf(1)
+		for range 3 {
+			allocs = min(allocs, testing.AllocsPerRun(100, func() {
+				for op := range Op(numOps) {
+					for _, o := range outcomes {
+						p, err := r.Pick(ctx, op)
+						if err != nil {
+							t.Fatal(err)
+						}
+						p.Done(o)
 					}
-					p.Done(o)
 				}
-			}
-		})
+			}))
+		}
 		r.Close()
 		if allocs != 0 {
 			t.Errorf("%s: %v allocations per Pick and Done, want 0", name, allocs)
