@@ -21,9 +21,24 @@ cd "$(dirname "$0")"
 lane1=(./tools/backends/zk/...)
 lane2=(./tools/backends/etcd/... ./tools/consumer/...)
 all=$(go list ./... ./tools/...)
-mapfile -t lane3 < <(grep -v -e '/tools/backends/zk' -e '/tools/backends/etcd' -e '/tools/consumer' <<<"$all")
+mapfile -t lane3 < <(grep -vE '/tools/(backends/(zk|etcd)|consumer)(/|$)' <<<"$all")
 ((${#lane3[@]} > 10)) || { echo "test.sh: the third lane's packages: ${lane3[*]}" >&2; exit 1; }
 grep -qx 'github.com/oproute/oproute/tools/sim' <<<"$all" || { echo "test.sh: no simulator package" >&2; exit 1; }
+
+# A signal to the script ends every lane, test binaries first (each ends
+# its clusters' processes with it). Each process is stopped before its
+# children are listed, so that a lane cannot start its next go test
+# between its step's end and its own.
+killtree() {
+	[ -n "$1" ] || return 0
+	local c
+	kill -STOP "$1" 2>/dev/null || return 0
+	for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do killtree "$c"; done
+	kill -TERM "$1" 2>/dev/null
+	kill -CONT "$1" 2>/dev/null || true
+}
+first= second= third=
+trap 'killtree "$first"; killtree "$second"; killtree "$third"; exit 130' INT TERM HUP
 
 lane_three() {
 	local rc=0
@@ -38,15 +53,6 @@ go test -race -p 1 -timeout 25m "$@" "${lane2[@]}" &
 second=$!
 lane_three "$@" &
 third=$!
-
-# A signal to the script ends every lane, test binaries first (each ends
-# its clusters' processes with it).
-killtree() {
-	local c
-	for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do killtree "$c"; done
-	kill -TERM "$1" 2>/dev/null || true
-}
-trap 'killtree "$first"; killtree "$second"; killtree "$third"; exit 130' INT TERM HUP
 
 rc=0
 wait "$second" || rc=$?
