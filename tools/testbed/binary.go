@@ -66,6 +66,9 @@ func workDir(dir, prefix string) (_ string, own bool, err error) {
 // two cores), not ctx's deadline, which is a cluster's start timeout: call
 // it before that clock starts (StartEtcdT and StartZKT do). A failed build is not kept:
 // the next cluster tries again.
+//
+// OPROUTE_ETCD_MEMBER_BIN, if set, names the executable instead: a build
+// without the race detector of a program that imports this package.
 func memberBinary(ctx context.Context, dir string) (string, error) {
 	if bin := os.Getenv("OPROUTE_ETCD_MEMBER_BIN"); bin != "" {
 		return bin, nil
@@ -86,7 +89,7 @@ func memberBinary(ctx context.Context, dir string) (string, error) {
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), memberBuildTimeout)
 	defer cancel()
 	out := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d", memberBinaryPrefix, os.Getpid()))
-	cmd := exec.CommandContext(bctx, "go", "build", "-o", out, "github.com/oproute/oproute/tools/testbed/internal/etcdmember")
+	cmd := exec.CommandContext(bctx, "go", "build", "-race=false", "-o", out, "github.com/oproute/oproute/tools/testbed/internal/etcdmember")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		os.Remove(out)
 		return "", fmt.Errorf("testbed: building the member binary: %w\n%s", err, b)

@@ -2,5 +2,6 @@
 
 package testbed
 
-// raceEnabled: this binary is race-instrumented; members must not be.
+// raceEnabled: this binary is race-instrumented; it cannot host members
+// (member_server_race.go), and they must not be slowed by it.
 const raceEnabled = true
