@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -127,10 +128,11 @@ func TestAPIServerPatch(t *testing.T) {
 // kept in the user's cache directory under a name derived from both and
 // reused while they are unchanged: the build cache keys each package by
 // its directory, so a copy in a new directory each run recompiled the
-// copy's packages under the race detector (about a minute on two cores)
-// where a warm run now only links. A copy is made beside its final place
-// and renamed into it, so that a run beside this one never sees a partial
-// copy; copies of other inputs unused for a day are removed.
+// copy's packages under the race detector, where a warm run now only
+// links. Runs take turns under a lock on the cache's directory; an entry
+// appears whole by a rename and leaves by one (to a trash name, then
+// removed), so none is ever seen half made or half removed. Copies of
+// other inputs unused for a day are removed.
 func patchedCopy(t *testing.T, src, patch string) string {
 	t.Helper()
 	body, err := os.ReadFile(patch)
@@ -138,7 +140,7 @@ func patchedCopy(t *testing.T, src, patch string) string {
 		t.Fatal(err)
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\n", src) // the module cache's directory names the version
+	fmt.Fprintf(h, "%s\n", src) // a module cache directory, named by its version
 	h.Write(body)
 	key := hex.EncodeToString(h.Sum(nil))[:16]
 	cache, err := os.UserCacheDir()
@@ -150,14 +152,22 @@ func patchedCopy(t *testing.T, src, patch string) string {
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	lock, err := os.OpenFile(filepath.Join(parent, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close() // and the lock with it
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
 	sweepPatchedCopies(t, parent, key)
 	final := filepath.Join(parent, key)
 	if _, err := os.Stat(filepath.Join(final, patchedMarker)); err == nil {
 		now := time.Now()
-		os.Chtimes(final, now, now) // in use: not for another run's sweep
+		os.Chtimes(final, now, now) // in use: kept from other runs' sweeps
 		return final
 	}
-	tmp, err := os.MkdirTemp(parent, key+".tmp-")
+	tmp, err := os.MkdirTemp(parent, "tmp-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,10 +186,7 @@ func patchedCopy(t *testing.T, src, patch string) string {
 		t.Fatal(err)
 	}
 	if err := os.Rename(copyDir, final); err != nil {
-		// Another run renamed its copy of the same inputs first: use it.
-		if _, serr := os.Stat(filepath.Join(final, patchedMarker)); serr != nil {
-			t.Fatalf("keeping the patched copy: %v", err)
-		}
+		t.Fatalf("keeping the patched copy: %v", err)
 	}
 	return final
 }
@@ -187,19 +194,37 @@ func patchedCopy(t *testing.T, src, patch string) string {
 // patchedMarker is the file a complete patched copy holds.
 const patchedMarker = ".oproute-patched"
 
-// sweepPatchedCopies removes, from parent, copies other than key's and
-// leftovers of interrupted copies, unused for a day.
+// sweepPatchedCopies removes from parent, under its lock, copies of other
+// inputs unused for a day, and what interrupted runs left: temporary and
+// trash directories, and an entry of key without its marker.
 func sweepPatchedCopies(t *testing.T, parent, key string) {
 	entries, err := os.ReadDir(parent)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		if e.Name() == key {
+		name := e.Name()
+		path := filepath.Join(parent, name)
+		switch {
+		case !e.IsDir():
 			continue
+		case strings.HasPrefix(name, "tmp-"), strings.HasPrefix(name, "trash-"):
+			os.RemoveAll(path)
+			continue
+		case name == key:
+			if _, err := os.Stat(filepath.Join(path, patchedMarker)); err == nil {
+				continue
+			}
+		default:
+			if info, err := e.Info(); err != nil || time.Since(info.ModTime()) < 24*time.Hour {
+				continue
+			}
 		}
-		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > 24*time.Hour {
-			os.RemoveAll(filepath.Join(parent, e.Name()))
+		// Out of the way at once, then removed: an interrupted removal
+		// leaves only trash.
+		trash := filepath.Join(parent, "trash-"+name)
+		if os.Rename(path, trash) == nil {
+			os.RemoveAll(trash)
 		}
 	}
 }
