@@ -172,6 +172,15 @@ type Served = testbed.Served
 // cross-zone, client and peer.
 type Traffic = testbed.Traffic
 
+// CountingClient is a Client that counts more than its router tells (a
+// server of its own between it and the cluster, say): the runner reads
+// Counters at both ends of a trial's window and records each count's
+// difference in Result.Extra under its name.
+type CountingClient interface {
+	Client
+	Counters(ctx context.Context) map[string]float64
+}
+
 // Client is a routed client doing the benchmark's operations.
 type Client interface {
 	// Write stores value under key.

@@ -369,6 +369,16 @@ func runTrial(ctx context.Context, cl Cluster, cli Client, spec trialSpec) (tria
 		t := after.traffic.Since(before.traffic)
 		r.Traffic = &t
 	}
+	if before.extra != nil && after.extra != nil && !late {
+		if r.Extra == nil {
+			r.Extra = map[string]float64{}
+		}
+		for name, v := range after.extra {
+			if v0, ok := before.extra[name]; ok {
+				r.Extra[name] = v - v0
+			}
+		}
+	}
 	r.CountersLate = late
 	r.LeaderChanged = leaderBefore != leaderAfter || statsAfter.LeaderChanges != statsBefore.LeaderChanges
 	return out, nil
@@ -382,6 +392,7 @@ type counters struct {
 	serverCPU  time.Duration
 	traffic    testbed.TrafficCounts
 	trafficErr error
+	extra      map[string]float64 // a CountingClient's counts
 }
 
 // readCounters reads the client's counters and the cluster's at once: read
@@ -393,6 +404,9 @@ func readCounters(ctx context.Context, cl Cluster, cli Client) counters {
 	wg.Go(func() { c.served, _ = cl.Served(ctx) })
 	wg.Go(func() { c.serverCPU = sum(cl.ServerCPU()) })
 	wg.Go(func() { c.traffic, c.trafficErr = cl.Traffic() })
+	if cc, ok := cli.(CountingClient); ok {
+		wg.Go(func() { c.extra = cc.Counters(ctx) })
+	}
 	c.stats, c.cpu = cli.Stats(), testutil.ProcessCPU()
 	wg.Wait()
 	return c

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -667,7 +668,13 @@ func (r *Runner) runOne(ctx context.Context, cl Cluster, ps plannedScenario, w W
 			err = rerr
 		}
 		if !kill.IsZero() {
-			out.res.Extra = failoverTimes(out.events, kill, newLeader, ended)
+			// Beside a CountingClient's counts, if any.
+			ft := failoverTimes(out.events, kill, newLeader, ended)
+			if out.res.Extra == nil {
+				out.res.Extra = ft
+			} else {
+				maps.Copy(out.res.Extra, ft)
+			}
 		}
 	}
 	if err != nil {
