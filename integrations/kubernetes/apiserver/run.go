@@ -240,6 +240,34 @@ func (s *Server) httpClient() *http.Client {
 	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 }
 
+// PID is the server's process ID.
+func (s *Server) PID() int { return s.cmd.Process.Pid }
+
+// Metrics is the server's /metrics (Prometheus' text format), read as its
+// admin.
+func (s *Server) Metrics(ctx context.Context) ([]byte, error) {
+	client := s.httpClient()
+	defer client.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/metrics", nil)
+	if err != nil {
+		return nil, fmt.Errorf("apiserver: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.Token)
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("apiserver: /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("apiserver: /metrics: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("apiserver: /metrics: %s", resp.Status)
+	}
+	return body, nil
+}
+
 // RESTConfig is client-go's configuration for the server, as its admin.
 func (s *Server) RESTConfig() *rest.Config {
 	return &rest.Config{
