@@ -36,31 +36,7 @@ const apiServerEnv = "OPROUTE_KUBE_APISERVER"
 // linearizable Range) reach the followers too; the stock client's writes
 // go round robin, which shows the count can tell them apart.
 func TestAPIServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds kube-apiserver and starts it on a test-bed cluster")
-	}
-	if os.Getenv(apiServerEnv) == "" {
-		testutil.Skip(t, "builds kube-apiserver from released sources (minutes from empty caches): set "+apiServerEnv+"=1")
-	}
-	// The first build compiles Kubernetes: bounded by the test's own
-	// deadline, less a margin for the cleanups, so that a slow build
-	// fails here and its compilers end with it.
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
-	if d, ok := t.Deadline(); ok {
-		ctx, cancel = context.WithDeadline(context.Background(), d.Add(-30*time.Second))
-	}
-	defer cancel()
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	bin, err := apiserver.Build(ctx, apiserver.Options{Patch: patchFile, SDK: root, Log: t.Logf})
-	if err != nil {
-		t.Fatalf("%v (a first build takes minutes: run with -timeout 60m)", err)
-	}
-	t.Logf("kube-apiserver %s with the patch: %s (%v)", apiserver.KubernetesVersion, bin, time.Since(start).Round(time.Second))
-
+	ctx, bin := buildAPIServer(t)
 	c := testbed.StartEtcdT(t, testbed.EtcdOptions{Topology: testbed.DefaultTopology(3)})
 	for _, tc := range []struct {
 		name, policy string
@@ -117,6 +93,40 @@ func TestAPIServer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// buildAPIServer skips t unless apiServerEnv is set, and returns the
+// kube-apiserver binary (built, or kept from an earlier build of the same
+// inputs) and a context bounded by the test's deadline, less a margin for
+// its cleanups.
+func buildAPIServer(t *testing.T) (context.Context, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds kube-apiserver and starts it on a test-bed cluster")
+	}
+	if os.Getenv(apiServerEnv) == "" {
+		testutil.Skip(t, "builds kube-apiserver from released sources (minutes from empty caches): set "+apiServerEnv+"=1")
+	}
+	// The first build compiles Kubernetes: bounded by the test's own
+	// deadline, so that a slow build fails here and its compilers end
+	// with it.
+	limit := 40 * time.Minute
+	if d, ok := t.Deadline(); ok {
+		limit = time.Until(d) - 30*time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	t.Cleanup(cancel)
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	bin, err := apiserver.Build(ctx, apiserver.Options{Patch: patchFile, SDK: root, Log: t.Logf})
+	if err != nil {
+		t.Fatalf("%v (a first build takes minutes: run with -timeout 60m)", err)
+	}
+	t.Logf("kube-apiserver %s with the patch: %s (%v)", apiserver.KubernetesVersion, bin, time.Since(start).Round(time.Second))
+	return ctx, bin
 }
 
 // drive creates a namespace of its own on srv, 21 Pods in it (reading each
