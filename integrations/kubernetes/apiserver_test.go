@@ -42,17 +42,7 @@ func TestAPIServer(t *testing.T) {
 		name, policy string
 	}{{"routed", "hybrid"}, {"stock", ""}} {
 		t.Run(tc.name, func(t *testing.T) {
-			var out syncBuffer
-			srv, err := apiserver.Start(ctx, apiserver.RunOptions{Binary: bin, Etcd: c.Endpoints(), Policy: tc.policy, Output: &out})
-			if err != nil {
-				t.Fatalf("%v\n%s", err, out.Bytes())
-			}
-			defer func() {
-				srv.Close()
-				if t.Failed() {
-					t.Logf("kube-apiserver's output:\n%s", out.Bytes())
-				}
-			}()
+			srv, out := startAPIServerT(ctx, t, apiserver.RunOptions{Binary: bin, Etcd: c.Endpoints(), Policy: tc.policy})
 			leader, err := c.Leader(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -127,6 +117,25 @@ func buildAPIServer(t *testing.T) (context.Context, string) {
 	}
 	t.Logf("kube-apiserver %s with the patch: %s (%v)", apiserver.KubernetesVersion, bin, time.Since(start).Round(time.Second))
 	return ctx, bin
+}
+
+// startAPIServerT starts kube-apiserver for t and stops it when t ends;
+// its output is kept, and shown if t failed.
+func startAPIServerT(ctx context.Context, t *testing.T, o apiserver.RunOptions) (*apiserver.Server, *syncBuffer) {
+	t.Helper()
+	out := &syncBuffer{}
+	o.Output = out
+	srv, err := apiserver.Start(ctx, o)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.Bytes())
+	}
+	t.Cleanup(func() {
+		srv.Close()
+		if t.Failed() {
+			t.Logf("kube-apiserver's output:\n%s", out.Bytes())
+		}
+	})
+	return srv, out
 }
 
 // drive creates a namespace of its own on srv, 21 Pods in it (reading each

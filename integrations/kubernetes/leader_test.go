@@ -63,20 +63,10 @@ func TestAPIServerLeaderChanges(t *testing.T) {
 
 func runLeaderChanges(ctx context.Context, t *testing.T, bin, name, policy string) {
 	c := testbed.StartEtcdT(t, testbed.EtcdOptions{Topology: testbed.DefaultTopology(3)})
-	var out syncBuffer
 	// Compaction off: a watch the informer resumes finds its revision,
 	// so that a relist is the faults' doing.
-	srv, err := apiserver.Start(ctx, apiserver.RunOptions{Binary: bin, Etcd: c.Endpoints(), Policy: policy, Output: &out,
+	srv, _ := startAPIServerT(ctx, t, apiserver.RunOptions{Binary: bin, Etcd: c.Endpoints(), Policy: policy,
 		Args: []string{"--etcd-compaction-interval=0"}})
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out.Bytes())
-	}
-	defer func() {
-		srv.Close()
-		if t.Failed() {
-			t.Logf("kube-apiserver's output:\n%s", out.Bytes())
-		}
-	}()
 	cfg := srv.RESTConfig()
 	cfg.QPS = -1                                            // unthrottled: the default 5 per second would measure the limiter
 	cfg.ContentType = "application/vnd.kubernetes.protobuf" // as Kubernetes' own components talk
