@@ -37,21 +37,24 @@ killtree() {
 	kill -TERM "$1" 2>/dev/null
 	kill -CONT "$1" 2>/dev/null || true
 }
-first= second= prebuild= prebuilt=
-trap 'killtree "$first"; killtree "$second"; killtree "$prebuild"; rm -rf "$prebuilt"; exit 130' INT TERM HUP
+first= second= prebuild= prebuilt= etcdprebuild=
+trap 'killtree "$first"; killtree "$second"; killtree "$prebuild"; killtree "$etcdprebuild"; rm -rf "$prebuilt"; exit 130' INT TERM HUP
 
-# The Kubernetes module's test binaries compile in the background at the
-# lowest priority while the lanes run: from empty caches that compile is
-# minutes of one core at the end of lane one, with the other lane done;
-# niced, it takes only what the lanes leave idle. Warm, it is a cache hit.
-# Lane one waits for it before the module's tests (which then only link);
-# its failure is theirs to report.
+# Two builds run in the background at the lowest priority while the
+# lanes run, taking only what the lanes leave idle (from empty caches
+# each is minutes of one core; warm, a cache hit): the Kubernetes
+# module's test binaries, which lane one waits for before that module's
+# tests (their failure is those tests' to report), and the older etcd
+# servers of the compatibility matrix, which TestServerVersions, last in
+# the etcd package, would otherwise build then.
 prebuilt=$(mktemp -d)
 (
 	cd integrations/kubernetes && nice -n 19 go test -race -c -o "$prebuilt/" ./... >/dev/null 2>&1 || true
 	touch "$prebuilt/.done"
 ) &
 prebuild=$!
+nice -n 19 go run ./tools/testbed/internal/etcdprebuild >/dev/null 2>&1 &
+etcdprebuild=$!
 
 lane_one() {
 	go test -race -p 1 -timeout 25m "$@" "${lane1[@]}" || return
@@ -72,4 +75,5 @@ wait "$second" || rc=$?
 wait "$first" || rc=$?
 wait "$prebuild" || true
 rm -rf "$prebuilt"
+wait "$etcdprebuild" || true # by now a cache hit: the tests built the same
 exit "$rc"

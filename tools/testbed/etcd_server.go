@@ -43,6 +43,12 @@ func EtcdServer(ctx context.Context, version string) (string, error) {
 	return path, nil
 }
 
+// EtcdCompatVersions are the etcd server releases besides the test bed's
+// own (the server/v3 the tools module requires, v3.7) that the backends are
+// held to: the newest patch, on the module proxy, of each minor release
+// production clusters run.
+var EtcdCompatVersions = []string{"v3.5.36", "v3.6.17"}
+
 // EtcdServerT is EtcdServer for a test: in the quick tier it skips, and a
 // failed build fails t.
 func EtcdServerT(t testing.TB, version string) string {
