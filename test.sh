@@ -65,9 +65,18 @@ lane_two() {
 	go test -race -p 1 -timeout 25m "$@" "${lane2[@]}" &&
 		go test -p 1 -timeout 10m "$@" ./tools/sim
 }
-lane_one "$@" &
+# timed runs a lane and says how long it took: the lanes' lengths are
+# what to balance.
+timed() {
+	local name=$1 start=$SECONDS rc=0
+	shift
+	"$@" || rc=$?
+	echo "test.sh: $name ended (exit $rc) after $((SECONDS - start)) s" >&2
+	return "$rc"
+}
+timed "lane one" lane_one "$@" &
 first=$!
-lane_two "$@" &
+timed "lane two" lane_two "$@" &
 second=$!
 
 rc=0
