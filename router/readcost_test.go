@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/oproute/oproute/internal/testutil"
 )
 
 // feed adds reads (x in flight, y latency) to f in batches, as rounds would.
@@ -298,6 +300,7 @@ func TestLeastCostLoadStepEjectsNobody(t *testing.T) {
 // model (single FIFO workers, exponential service, fixed links), not the
 // cluster: routebench measures the real one.
 func TestLeastCostTracksTheBestRuleInSimulation(t *testing.T) {
+	testutil.SkipUnderRace(t, "75 closed loops of 10,000 reads")
 	for name, sims := range layouts {
 		for _, workers := range []int{1, 2, 8, 32, 128} {
 			t.Run(fmt.Sprint(name, ", ", workers, " workers"), func(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/oproute/oproute/internal/testutil"
 )
 
 // judgeWorld simulates rounds of reads on members whose latency follows
@@ -186,6 +188,7 @@ func TestJudgeFalseVerdictRate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100,000 rounds")
 	}
+	testutil.SkipUnderRace(t, "100,000 rounds")
 	w := newJudgeWorld(4, 3)
 	const rounds = 100_000
 	for k := range rounds {

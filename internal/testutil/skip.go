@@ -70,3 +70,15 @@ func MainSkippingExamplesInQuickTier() {
 		}
 	}
 }
+
+// SkipUnderRace skips t in a race-instrumented binary. It is for a long
+// computation in one goroutine (a simulation in virtual time, a statistic
+// over many rounds): the race detector has nothing to find there and slows
+// it about tenfold. The full tier runs the package again without the race
+// detector (test.sh's last pass), where t runs at full size.
+func SkipUnderRace(t testing.TB, what string) {
+	t.Helper()
+	if RaceEnabled {
+		t.Skip(what + ": one goroutine's computation, run by the full tier's pass without the race detector")
+	}
+}

@@ -41,6 +41,7 @@ func twoZones() Cluster {
 // event, noise, a degraded member, a killed leader and etcd's batched read
 // indexes included.
 func TestDeterministic(t *testing.T) {
+	testutil.SkipUnderRace(t, "two runs of 40,000 operations")
 	cl := noisy(50 * time.Millisecond)
 	cl.ConfirmReads, cl.BatchReads = true, true
 	cl.Faults = []Fault{{At: time.Second, Member: 2, Delay: 8 * time.Millisecond, Jitter: 2 * time.Millisecond},
@@ -247,6 +248,7 @@ func TestBadInput(t *testing.T) {
 // follower carries a fifth of the reads (at 16 it gets 1 %: the leader's
 // reads skip the read index, and a fault there would test nothing).
 func TestDegradedFollowerLeavesAndReturns(t *testing.T) {
+	testutil.SkipUnderRace(t, "closed-loop runs, operation by operation")
 	for _, c := range []struct {
 		policy  string
 		workers int
@@ -322,12 +324,13 @@ func ejections(out Result) (n int) {
 // Healthy members under a saturating load (128 workers), their jobs' CPU
 // times varying and their CPUs stalled for 50 ms now and then, leave the
 // read pool under neither hybrid nor least_cost over five simulated
-// minutes (half a minute in the quick tier and under the race detector);
+// minutes (half a minute in the quick tier);
 // stalled for a second (four rounds),
 // they do.
 func TestNoFalseEjectionsAtSaturation(t *testing.T) {
+	testutil.SkipUnderRace(t, "five simulated minutes at 128 workers")
 	w, least, control := Workload{Workers: 128, ReadRatio: 0.8, Ops: 2_700_000, WarmupTime: 5 * time.Second}, 4*time.Minute, 500_000
-	if testing.Short() || raceEnabled {
+	if testing.Short() {
 		w.Ops, least, control = 270_000, 20*time.Second, 200_000 // half a simulated minute
 	}
 	for _, policy := range []string{router.Hybrid, router.LeastCost} {
@@ -359,7 +362,7 @@ func TestNoFalseEjectionsAtSaturation(t *testing.T) {
 // about 2.
 func TestIdleFleetProbesSettle(t *testing.T) {
 	clients := 1000
-	if raceEnabled {
+	if testutil.RaceEnabled {
 		clients = 200 // the race detector weighs on every probe's goroutine
 	}
 	probes := func(d time.Duration) []uint64 {
@@ -421,6 +424,7 @@ func TestPaced(t *testing.T) {
 // go on through the other follower. The same with etcd's reads, confirmed
 // and in batches.
 func TestLeaderKilled(t *testing.T) {
+	testutil.SkipUnderRace(t, "closed-loop runs, operation by operation")
 	etcd := twoZones()
 	etcd.ConfirmReads, etcd.BatchReads = true, true
 	for _, c := range []struct {

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/oproute/oproute/internal/testutil"
 )
 
 // errPortTaken: a member could not bind a port picked for it; another
@@ -73,7 +75,9 @@ func memberBinary(ctx context.Context, dir string) (string, error) {
 	if bin := os.Getenv("OPROUTE_ETCD_MEMBER_BIN"); bin != "" {
 		return bin, nil
 	}
-	if !raceEnabled {
+	if !testutil.RaceEnabled {
+		// A race-instrumented binary cannot host members
+		// (member_server_race.go), and they must not be slowed by it.
 		self, err := os.Executable()
 		if err != nil {
 			return "", fmt.Errorf("testbed: %w", err)

@@ -1,0 +1,6 @@
+//go:build race
+
+package testutil
+
+// RaceEnabled: this binary is race-instrumented.
+const RaceEnabled = true

@@ -1,5 +1,0 @@
-//go:build !race
-
-package testbed
-
-const raceEnabled = false
