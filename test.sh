@@ -12,18 +12,21 @@ cd "$(dirname "$0")"
 	(apt-get update && apt-get install -y --no-install-recommends zookeeper prometheus)
 
 # Two lanes at once, each one package at a time, of about equal length:
-# ZooKeeper's tests, the test bed's and then Kubernetes' (which mostly
-# wait on their own etcd), beside everything else. One go test with -p 2
-# left the cores a third idle while the Kubernetes module ran after it;
-# three lanes were no faster and loaded the cores so that tests timed
-# for a busy neighbour failed (a cold run: 1,048 s for the etcd package).
-# The simulator runs twice: under the race detector, where its long runs
-# shrink to the quick tier's sizes, and then without it at full size.
-lane1=(./tools/backends/zk/... ./tools/testbed/...)
+# ZooKeeper's tests, the benchmark harness's and then Kubernetes' (which
+# mostly wait on their own etcd), beside everything else. One go test
+# with -p 2 left the cores a third idle while the Kubernetes module ran
+# after it; three lanes were no faster and loaded the cores so that tests
+# timed for a busy neighbour failed (a cold run: 1,048 s for the etcd
+# package). The simulator and the router run twice: under the race
+# detector, where their long computations in one goroutine skip
+# (testutil.SkipUnderRace), and then without it.
+lane1=(./tools/backends/zk/... ./tools/bench/...)
 all=$(go list ./... ./tools/...)
-mapfile -t lane2 < <(grep -vE '/tools/(backends/zk|testbed)(/|$)' <<<"$all")
+mapfile -t lane2 < <(grep -vE '/tools/(backends/zk|bench)(/|$)' <<<"$all")
 ((${#lane2[@]} > 10)) || { echo "test.sh: the second lane's packages: ${lane2[*]}" >&2; exit 1; }
-grep -qx 'github.com/oproute/oproute/tools/sim' <<<"$all" || { echo "test.sh: no simulator package" >&2; exit 1; }
+for p in tools/sim router tools/bench; do
+	grep -qx "github.com/oproute/oproute/$p" <<<"$all" || { echo "test.sh: no package $p" >&2; exit 1; }
+done
 
 # A signal to the script ends every lane, test binaries first (each ends
 # its clusters' processes with it). Each process is stopped before its
@@ -37,24 +40,32 @@ killtree() {
 	kill -TERM "$1" 2>/dev/null
 	kill -CONT "$1" 2>/dev/null || true
 }
-first= second= prebuild= prebuilt= etcdprebuild=
-trap 'killtree "$first"; killtree "$second"; killtree "$prebuild"; killtree "$etcdprebuild"; rm -rf "$prebuilt"; exit 130' INT TERM HUP
+first= second= prebuild= prebuilt= etcdprebuild= warmup=
+trap 'killtree "$warmup"; killtree "$first"; killtree "$second"; killtree "$prebuild"; killtree "$etcdprebuild"; rm -rf "$prebuilt"; exit 130' INT TERM HUP
 
 # Two builds run in the background at the lowest priority while the
 # lanes run, taking only what the lanes leave idle (from empty caches
 # each is minutes of one core; warm, a cache hit): the Kubernetes
-# module's test binaries, which lane one waits for before that module's
-# tests (their failure is those tests' to report), and the older etcd
-# servers of the compatibility matrix, which TestServerVersions, last in
-# the etcd package, would otherwise build then.
+# module's test packages, compiled but not linked (go list -export: go
+# test links them), which lane one waits for before that module's tests
+# (their failure is those tests' to report), and the older etcd servers
+# of the compatibility matrix, which TestServerVersions, last in the etcd
+# package, would otherwise build then. Before the lanes start, one go
+# list compiles both lanes' packages and their tests on both cores: from
+# empty caches each lane's go test -p 1 compiles one package at a time,
+# and the two lanes compiled what they share twice (their builds took
+# 179 s so, 145 s with it first); warm, it is a cache hit.
 prebuilt=$(mktemp -d)
 (
-	cd integrations/kubernetes && nice -n 19 go test -race -c -o "$prebuilt/" ./... >/dev/null 2>&1 || true
+	cd integrations/kubernetes && nice -n 19 go list -race -test -export -e ./... >/dev/null 2>&1 || true
 	touch "$prebuilt/.done"
 ) &
 prebuild=$!
 nice -n 19 go run ./tools/testbed/internal/etcdprebuild >/dev/null 2>&1 &
 etcdprebuild=$!
+go list -race -test -export -e ./... ./tools/... >/dev/null &
+warmup=$!
+wait "$warmup"
 
 lane_one() {
 	go test -race -p 1 -timeout 25m "$@" "${lane1[@]}" || return
@@ -63,7 +74,7 @@ lane_one() {
 }
 lane_two() {
 	go test -race -p 1 -timeout 25m "$@" "${lane2[@]}" &&
-		go test -p 1 -timeout 10m "$@" ./tools/sim
+		go test -p 1 -timeout 10m "$@" ./tools/sim ./router
 }
 # timed runs a lane and says how long it took: the lanes' lengths are
 # what to balance.
