@@ -2,5 +2,5 @@
 
 package testutil
 
-// RaceEnabled: this binary is race-instrumented.
+// RaceEnabled is false: this binary is not race-instrumented.
 const RaceEnabled = false

@@ -354,7 +354,7 @@ func testLowRateNoFlapping(t *testing.T, h Harness) {
 		t.Errorf("slow member served %.2f%% of reads by its own count at 50 reads/s, want ≤ 5%%: %+v", 100*server, d)
 	}
 	if flaps > 0 {
-		t.Errorf("slow member was back in the pool at %d of %d samples; the router's view at the first:%s", flaps, samples, strings.Join(seen, "\n"))
+		t.Errorf("slow member was back in the pool at %d of %d samples; the router's view at the first:%s", flaps, samples, strings.Join(seen, "\n  --"))
 	}
 }
 
