@@ -82,3 +82,15 @@ func SkipUnderRace(t testing.TB, what string) {
 		t.Skip(what + ": one goroutine's computation, run by the full tier's pass without the race detector")
 	}
 }
+
+// MostlyWaits is called first by a test whose time is spent waiting on a
+// cluster of its own that it keeps idle or nearly so: a stable probe
+// interval, a frozen member's timeouts, an election. It runs the test
+// with t.Parallel: beside the package's other such tests (go test's
+// -parallel, the cores' count), after the package's others. A test that
+// loads the cores, times delays of a few milliseconds, or shares a
+// cluster with a test that counts its traffic must not call it.
+func MostlyWaits(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+}

@@ -42,6 +42,7 @@ func settled(clis ...*etcd.Client) bool {
 // unsettled cost (one slow probe on a loaded machine unsettles it for a
 // round or two); unsettled at most a tenth of the window.
 func TestIdleClientsProbeRarely(t *testing.T) {
+	testutil.MostlyWaits(t)
 	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
 	clis := make([]*etcd.Client, 10)
 	for i := range clis {

@@ -35,6 +35,7 @@ const maxEventLateness = 4 * time.Second
 // leader holds both, with a 60 s lease whose keep-alives (every 20 s) leave
 // the stream silent through the freeze, so the watch alone must show it.
 func TestIdleStreamsLeaveFrozenMember(t *testing.T) {
+	testutil.MostlyWaits(t)
 	for _, tc := range []struct {
 		name   string
 		leader bool
@@ -225,6 +226,7 @@ func values(as []arrival) []string {
 // streams received), and the caller sees none of those answers; a progress
 // request of the caller's own is still answered.
 func TestIdleWatchCheckIsInvisible(t *testing.T) {
+	testutil.MostlyWaits(t)
 	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -283,6 +285,7 @@ func TestIdleWatchCheckIsInvisible(t *testing.T) {
 // member. The client stays settled (a miss there is confirmed by a probe
 // first, which the member answers), and the watch still delivers.
 func TestFutureRevisionWatchKeepsClientSettled(t *testing.T) {
+	testutil.MostlyWaits(t)
 	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

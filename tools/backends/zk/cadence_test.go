@@ -35,7 +35,8 @@ func proxiedConnections(c *testbed.ZKCluster) uint64 {
 // Conn spends unsettled cost (one slow probe on a loaded machine unsettles
 // it for a round or two); unsettled at most a tenth of the window.
 func TestIdleConnsProbeRarely(t *testing.T) {
-	c := testbed.SharedZKT(t)
+	testutil.MostlyWaits(t)
+	c := testbed.StartZKT(t, testbed.ZKOptions{})
 	conns := make([]*ozk.Conn, 5)
 	for i := range conns {
 		dial := func(network, addr string, timeout time.Duration) (net.Conn, error) {
@@ -60,6 +61,7 @@ func TestIdleConnsProbeRarely(t *testing.T) {
 // A settled Conn follows a new leader at once (its primary session's
 // connection to the old one breaks), not at its next stable probe.
 func TestSettledConnFollowsNewLeader(t *testing.T) {
+	testutil.MostlyWaits(t)
 	c := testbed.StartZKT(t, testbed.ZKOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

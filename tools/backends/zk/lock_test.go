@@ -209,6 +209,7 @@ func TestLockContextGivesUpCleanly(t *testing.T) {
 // while the session lives. It is removed (in the background, or by the
 // Lock's next attempt), and another Conn takes the lock.
 func TestLockAbandonedCreateLeavesNoNode(t *testing.T) {
+	testutil.MostlyWaits(t)
 	c := testbed.StartZKT(t, testbed.ZKOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

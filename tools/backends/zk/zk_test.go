@@ -268,6 +268,7 @@ func TestFrozenServerDoesNotStall(t *testing.T) {
 // (syncLimit × tickTime, 10 s here): the Conn must then write through the
 // new leader on the same session, not wait out go-zookeeper's timeouts.
 func TestFrozenLeader(t *testing.T) {
+	testutil.MostlyWaits(t)
 	c := testbed.StartZKT(t, testbed.ZKOptions{})
 	conn, _ := connect(t, c)
 	if _, err := conn.Create("/fl", nil, zk.FlagEphemeral, acl); err != nil {
@@ -411,6 +412,7 @@ func TestSessionTimeoutRaisedByServer(t *testing.T) {
 // leader reports the new one. That is no evidence that a follower is
 // behind: every server stays in the read pool and serves reads.
 func TestIdleEnsembleAfterElectionKeepsFollowers(t *testing.T) {
+	testutil.MostlyWaits(t)
 	c := testbed.StartZKT(t, testbed.ZKOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
