@@ -88,8 +88,8 @@ func SkipUnderRace(t testing.TB, what string) {
 // interval, a frozen member's timeouts, an election. It runs the test
 // with t.Parallel: beside the package's other such tests (go test's
 // -parallel, the cores' count), after the package's others. A test that
-// loads the cores, times delays of a few milliseconds, or shares a
-// cluster with a test that counts its traffic must not call it.
+// loads the cores, times delays of a few milliseconds, checks the
+// process's goroutines (goleak), or shares a cluster must not call it.
 func MostlyWaits(t *testing.T) {
 	t.Helper()
 	t.Parallel()

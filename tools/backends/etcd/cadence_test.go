@@ -102,6 +102,7 @@ func TestSettledClientFollowsLeaderMoveFromResponses(t *testing.T) {
 // lease's deadline is 3.3–5 s after the freeze) leaves no client time, and
 // only the first rule is judged.
 func TestSettledSessionOutlivesFrozenLeader(t *testing.T) {
+	testutil.MostlyWaits(t)
 	const (
 		ttl     = 5 * time.Second
 		suspect = ttl/3 + time.Second

@@ -739,6 +739,7 @@ func served(t *testing.T, c *testbed.EtcdCluster, method string) []uint64 {
 // router's members: probed, the leader found, reads spread over all three
 // by their own /metrics.
 func TestUnixEndpoints(t *testing.T) {
+	testutil.MostlyWaits(t)
 	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
 	dir := t.TempDir()
 	var eps []string
@@ -797,6 +798,7 @@ func expectReadsSpread(ctx context.Context, t *testing.T, c *testbed.EtcdCluster
 // the advertised URLs, every member is a router member — probed, the
 // leader known — and reads spread over all three by their own /metrics.
 func TestAdvertisedURLsDiffer(t *testing.T) {
+	testutil.MostlyWaits(t)
 	// Flat: no member is farther than the others, so all three share the
 	// reads evenly.
 	c := testbed.StartEtcdT(t, testbed.EtcdOptions{Topology: testbed.FlatTopology(3)})

@@ -150,6 +150,7 @@ func TestCloseFromEventCallback(t *testing.T) {
 // gives it one in time: here the one server left answers srvr but serves
 // no session (no quorum).
 func TestConnectWithoutSessionFails(t *testing.T) {
+	testutil.MostlyWaits(t)
 	c := testbed.StartZKT(t, testbed.ZKOptions{})
 	for _, i := range []int{1, 2} {
 		if err := c.Kill(i); err != nil {

@@ -17,6 +17,7 @@ import (
 // client certificates required). The Conn's sessions and probes go over
 // TLS; a Conn without it reaches nothing.
 func TestTLS(t *testing.T) {
+	testutil.MostlyWaits(t)
 	c := testbed.StartZKT(t, testbed.ZKOptions{ClientTLS: true})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
