@@ -261,6 +261,7 @@ var layouts = map[string][]simMember{
 // times the leader's (TestJudgeKeepsAMemberThroughALoadStep has a step the
 // judge convicts).
 func TestLeastCostLoadStepEjectsNobody(t *testing.T) {
+	testutil.SkipUnderRace(t, "4 layouts of 100,000 simulated reads")
 	steps := maps.Clone(layouts)
 	steps["leader beside the client, both followers a zone away"] = []simMember{
 		{link: 250 * time.Microsecond, service: 250 * time.Microsecond},

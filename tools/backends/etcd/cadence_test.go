@@ -65,6 +65,7 @@ func TestIdleClientsProbeRarely(t *testing.T) {
 // A settled client learns of a leader move from its next response's term,
 // not its next stable probe.
 func TestSettledClientFollowsLeaderMoveFromResponses(t *testing.T) {
+	testutil.MostlyWaits(t)
 	c := testbed.StartEtcdT(t, testbed.EtcdOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -198,6 +198,7 @@ func TestWholeAPIThroughRouter(t *testing.T) {
 }
 
 func TestTLSReachesProbes(t *testing.T) {
+	testutil.MostlyWaits(t)
 	testutil.NeedsServers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -245,6 +246,7 @@ func TestTLSReachesProbes(t *testing.T) {
 // its own: the members see only the pool's connections, while their own
 // counts show the Status calls.
 func TestProbesReuseConnections(t *testing.T) {
+	testutil.MostlyWaits(t)
 	c := testbed.StartEtcdT(t, testbed.EtcdOptions{Topology: testbed.FlatTopology(3)})
 	ctx := context.Background()
 	before := make([]uint64, 3)
@@ -330,6 +332,7 @@ func TestOverridesAndZonePreference(t *testing.T) {
 // that its probes are refused; with a wrong password New fails, as
 // clientv3.New does.
 func TestCredentialsApplyEverywhere(t *testing.T) {
+	testutil.MostlyWaits(t)
 	c := testbed.StartEtcdT(t, testbed.EtcdOptions{Topology: testbed.FlatTopology(3)})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

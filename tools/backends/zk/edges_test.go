@@ -521,6 +521,7 @@ func startWithLeader(t *testing.T) (*testbed.ZKCluster, context.Context, int) {
 // dropped; an ensemble whose configuration names no client ports (static
 // clientPort) is told once, and its servers are kept.
 func TestEnsembleTracking(t *testing.T) {
+	testutil.MostlyWaits(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	t.Run("reconfig", func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 // and TTL znodes, incremental and whole reconfiguration — do on real
 // servers what they do there, each routed as a write to the leader.
 func TestGoZookeeperParity(t *testing.T) {
+	testutil.MostlyWaits(t)
 	c := testbed.StartZKT(t, testbed.ZKOptions{Reconfig: true, ExtendedTypes: true, ContainerCheck: 100 * time.Millisecond})
 	conn, _ := connect(t, c)
 	leader, err := c.Leader(t.Context())
@@ -112,6 +113,7 @@ func TestGoZookeeperParity(t *testing.T) {
 // reaches the sessions: their connections reset, go-zookeeper logs it to
 // the new logger.
 func TestWhitelistAndLogger(t *testing.T) {
+	testutil.MostlyWaits(t)
 	c := testbed.StartZKT(t, testbed.ZKOptions{FourLetterWords: []string{"stat", "ruok"}})
 	conn, _ := connect(t, c)
 	if _, err := c.Mntr(t.Context(), 0); !errors.Is(err, testbed.ErrFourLetterWordRefused) {
