@@ -11,8 +11,8 @@ cd "$(dirname "$0")"
 { test -e /usr/share/java/zookeeper.jar && command -v promtool >/dev/null; } ||
 	(apt-get update && apt-get install -y --no-install-recommends zookeeper prometheus)
 
-# Two lanes at once, each one test binary at a time (go test -race -p 1),
-# take the work from one queue, largest first: a lane that finishes an
+# Two lanes at once, each mostly one test binary at a time (go test -race
+# -p 1), take the work from one queue, largest first: a lane that finishes an
 # item takes the next, so that they end close together however the
 # items' lengths move (the machine is shared). The items: ZooKeeper's
 # package, etcd's, the Kubernetes module (its tests wait for its
@@ -134,6 +134,8 @@ second=$!
 rc=0
 wait "$second" || rc=$?
 wait "$first" || rc=$?
+# A lane that could not read the queue stopped early: what it left is a failure.
+[ ! -s "$queue" ] || { echo "test.sh: items never run: $(tr '\n' ' ' <"$queue")" >&2; rc=1; }
 wait "$prebuild" || true
 rm -rf "$prebuilt" "$queue" "$queue.lock"
 wait "$etcdprebuild" || true # by now a cache hit: the tests built the same

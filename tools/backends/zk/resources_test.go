@@ -18,7 +18,6 @@ import (
 // a session on every server) until one cannot get its sessions: the figure
 // docs/zookeeper.md gives.
 func TestConnsPerHost(t *testing.T) {
-	testutil.MostlyWaits(t)
 	c := testbed.StartZKT(t, testbed.ZKOptions{MaxClientCnxns: 60})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
