@@ -493,7 +493,13 @@ func (r *Runner) measured(ps plannedScenario, v variant) *Comparison {
 			ts := c.Trials[p]
 			complete = complete && len(ts) == ps.trials
 			for _, t := range ts {
-				complete = complete && t.Backend == ps.backend.Name() && t.Workload != nil && *t.Workload == w && len(t.ReadsByMember) == ps.nodes
+				// The cluster's size from the client's counts per member, or
+				// the members' own where the client keeps none (stock).
+				members := len(t.ReadsByMember)
+				if t.ReadsByMember == nil {
+					members = len(t.ServerReadsByMember)
+				}
+				complete = complete && t.Backend == ps.backend.Name() && t.Workload != nil && *t.Workload == w && members == ps.nodes
 			}
 		}
 		if !complete {
