@@ -438,7 +438,9 @@ func TestResumeRunsOnlyWhatIsMissing(t *testing.T) {
 	}
 	for i, c := range comps {
 		if c.Variant != ps.variants[i].label || !slices.Equal(c.Policies, policies) || c.Baseline != policies[0] || len(c.Trials[router.LeastCost]) != 2 ||
-			len(c.Metrics) == 0 || !slices.ContainsFunc(c.Notes, func(n string) bool { return strings.Contains(n, fmt.Sprintf("leader changed during %d trial(s)", len(policies))) }) {
+			len(c.Metrics) == 0 || !slices.ContainsFunc(c.Notes, func(n string) bool {
+			return strings.Contains(n, fmt.Sprintf("leader changed during %d trial(s)", len(policies)))
+		}) {
 			t.Errorf("cell %d taken as %+v", i, c)
 		}
 	}
