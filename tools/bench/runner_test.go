@@ -436,11 +436,10 @@ func TestResumeRunsOnlyWhatIsMissing(t *testing.T) {
 	if err != nil || len(comps) != len(ps.variants) || len(told) != len(ps.variants) {
 		t.Fatalf("every cell measured: %d cells, told of %d, err %v; want %d and nil", len(comps), len(told), err, len(ps.variants))
 	}
+	moved := fmt.Sprintf("leader changed during %d trial(s)", len(policies)) // each policy's first
 	for i, c := range comps {
 		if c.Variant != ps.variants[i].label || !slices.Equal(c.Policies, policies) || c.Baseline != policies[0] || len(c.Trials[router.LeastCost]) != 2 ||
-			len(c.Metrics) == 0 || !slices.ContainsFunc(c.Notes, func(n string) bool {
-			return strings.Contains(n, fmt.Sprintf("leader changed during %d trial(s)", len(policies)))
-		}) {
+			len(c.Metrics) == 0 || !slices.ContainsFunc(c.Notes, func(n string) bool { return strings.Contains(n, moved) }) {
 			t.Errorf("cell %d taken as %+v", i, c)
 		}
 	}
